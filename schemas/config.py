@@ -1,0 +1,208 @@
+"""OpenClaw-shaped configuration: ``tools.loopDetection`` plus per-agent blocks.
+
+Resolution follows loop-detection.md §1: per-agent overlay (shallow, with
+``detectors`` and ``postCompactionGuard`` merged key by key; an explicit
+``null`` replaces), numeric validation (positive integers only, otherwise
+the default), then clamping (critical > warning, global > critical).
+Files may be JSON or JSON5 (parsed with ``pyjson5``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+DEFAULT_HISTORY_SIZE = 30
+DEFAULT_WARNING_THRESHOLD = 10
+DEFAULT_CRITICAL_THRESHOLD = 20
+DEFAULT_UNKNOWN_TOOL_THRESHOLD = 10
+DEFAULT_GLOBAL_THRESHOLD = 30
+DEFAULT_GUARD_WINDOW = 3
+
+GLOBAL_KEY = "*"
+_NESTED = ("detectors", "postCompactionGuard")
+
+
+class ConfigError(ValueError):
+    """The config file or document cannot be used at all."""
+
+
+class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The effective loop-detection settings for one agent (§1)."""
+
+    enabled: bool = False  # truthy `enabled`: rolling detectors run
+    record_calls: bool = True  # `enabled` is not exactly false (§9.5)
+    guard_enabled: bool = True  # `enabled` is not exactly false (§10.1)
+    history_size: int = DEFAULT_HISTORY_SIZE
+    warning_threshold: int = DEFAULT_WARNING_THRESHOLD
+    critical_threshold: int = DEFAULT_CRITICAL_THRESHOLD
+    unknown_tool_threshold: int = DEFAULT_UNKNOWN_TOOL_THRESHOLD
+    global_circuit_breaker_threshold: int = DEFAULT_GLOBAL_THRESHOLD
+    generic_repeat: bool = True
+    known_poll_no_progress: bool = True
+    ping_pong: bool = True
+    guard_window: int = DEFAULT_GUARD_WINDOW
+
+
+DEFAULT_CONFIG = ResolvedConfig()
+
+
+def _positive_int(value: Any, default: int) -> int:
+    """Rule 1.4: a number that is an integer and > 0, else the default."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float) and not value.is_integer():
+        return default
+    return int(value) if value > 0 else default
+
+
+def _truthy(value: Any) -> bool:
+    """JavaScript truthiness for JSON values."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value != 0 and value == value
+    if isinstance(value, str):
+        return value != ""
+    return True
+
+
+def _switch(block: dict, key: str) -> bool:
+    """Detector switches default to true when missing or null (§1.6)."""
+    value = block.get(key)
+    return True if value is None else _truthy(value)
+
+
+def overlay(global_block: dict | None, agent_block: dict | None) -> dict | None:
+    """Rule 1.2: lay the agent's keys over the global block."""
+    if agent_block is None:
+        return global_block
+    if global_block is None:
+        return agent_block
+    merged = dict(global_block)
+    merged.update(agent_block)
+    for key in _NESTED:
+        g, a = global_block.get(key), agent_block.get(key)
+        if isinstance(g, dict) or isinstance(a, dict):
+            nested = dict(g) if isinstance(g, dict) else {}
+            if isinstance(a, dict):
+                nested.update(a)
+            merged[key] = nested
+    return merged
+
+
+def resolve_block(block: dict | None) -> ResolvedConfig:
+    """Rules 1.3-1.7 on an (already overlaid) ``loopDetection`` block."""
+    if not isinstance(block, dict):
+        return DEFAULT_CONFIG
+    enabled = block.get("enabled")
+    warning = _positive_int(block.get("warningThreshold"), DEFAULT_WARNING_THRESHOLD)
+    critical = _positive_int(block.get("criticalThreshold"), DEFAULT_CRITICAL_THRESHOLD)
+    global_ = _positive_int(block.get("globalCircuitBreakerThreshold"), DEFAULT_GLOBAL_THRESHOLD)
+    if critical <= warning:
+        critical = warning + 1
+    if global_ <= critical:
+        global_ = critical + 1
+    detectors = block.get("detectors")
+    detectors = detectors if isinstance(detectors, dict) else {}
+    guard = block.get("postCompactionGuard")
+    guard = guard if isinstance(guard, dict) else {}
+    return ResolvedConfig(
+        enabled=_truthy(enabled),
+        record_calls=enabled is not False,
+        guard_enabled=enabled is not False,
+        history_size=_positive_int(block.get("historySize"), DEFAULT_HISTORY_SIZE),
+        warning_threshold=warning,
+        critical_threshold=critical,
+        unknown_tool_threshold=_positive_int(block.get("unknownToolThreshold"), DEFAULT_UNKNOWN_TOOL_THRESHOLD),
+        global_circuit_breaker_threshold=global_,
+        generic_repeat=_switch(detectors, "genericRepeat"),
+        known_poll_no_progress=_switch(detectors, "knownPollNoProgress"),
+        ping_pong=_switch(detectors, "pingPong"),
+        guard_window=_positive_int(guard.get("windowSize"), DEFAULT_GUARD_WINDOW),
+    )
+
+
+def normalize_agent_id(agent_id: str) -> str:
+    return agent_id.strip().lower()
+
+
+class FleetConfig:
+    """The global block and per-agent blocks; resolves and caches per agent.
+
+    Immutable: live overrides (config topic) return a new instance via
+    :meth:`with_override`, so a worker can swap it atomically.
+    """
+
+    __slots__ = ("global_block", "agent_blocks", "_cache")
+
+    def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None):
+        self.global_block = global_block if isinstance(global_block, dict) else None
+        self.agent_blocks = {normalize_agent_id(k): v for k, v in (agent_blocks or {}).items()}
+        self._cache: dict[str, ResolvedConfig] = {}
+
+    @classmethod
+    def from_document(cls, doc: Any) -> "FleetConfig":
+        """Build from an OpenClaw config document (``tools`` / ``agents.list``)."""
+        if doc is None:
+            return cls()
+        if not isinstance(doc, dict):
+            raise ConfigError("config must be an object")
+        tools = doc.get("tools")
+        global_block = tools.get("loopDetection") if isinstance(tools, dict) else None
+        agents: dict[str, dict | None] = {}
+        agent_section = doc.get("agents")
+        entries = agent_section.get("list") if isinstance(agent_section, dict) else None
+        for entry in entries if isinstance(entries, list) else ():
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                continue
+            key = normalize_agent_id(entry["id"])
+            if key in agents:  # first matching list entry wins, as in a find()
+                continue
+            etools = entry.get("tools")
+            block = etools.get("loopDetection") if isinstance(etools, dict) else None
+            agents[key] = block if isinstance(block, dict) else None
+        return cls(global_block if isinstance(global_block, dict) else None, agents)
+
+    def resolve(self, agent_id: str) -> ResolvedConfig:
+        cached = self._cache.get(agent_id)
+        if cached is None:
+            agent_block = self.agent_blocks.get(normalize_agent_id(agent_id))
+            cached = resolve_block(overlay(self.global_block, agent_block))
+            self._cache[agent_id] = cached
+        return cached
+
+    def with_override(self, key: str, block: Any) -> "FleetConfig":
+        """Apply one config-topic record: key ``*`` is the global block; ``None`` deletes."""
+        block = block if isinstance(block, dict) else None
+        if key == GLOBAL_KEY:
+            return FleetConfig(block, self.agent_blocks)
+        agents = dict(self.agent_blocks)
+        if block is None:
+            agents.pop(normalize_agent_id(key), None)
+        else:
+            agents[normalize_agent_id(key)] = block
+        return FleetConfig(self.global_block, agents)
+
+
+def parse_config_text(text: str) -> Any:
+    """Parse JSON or JSON5 text (JSON is a subset of JSON5)."""
+    import pyjson5
+
+    try:
+        return pyjson5.decode(text)
+    except Exception as exc:  # pyjson5 raises several error classes
+        raise ConfigError(f"not valid JSON/JSON5: {exc}") from None
+
+
+def load_config(path: str | Path | None) -> FleetConfig:
+    """Read an OpenClaw-shaped config file; ``None`` gives the defaults."""
+    if path is None:
+        return FleetConfig()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    return FleetConfig.from_document(parse_config_text(text))

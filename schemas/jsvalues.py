@@ -1,0 +1,27 @@
+"""JSON values as JavaScript sees them.
+
+OpenClaw parses JSON into IEEE doubles, so ``50.0`` and ``50`` are the same
+value and ``-0`` prints as ``0``. The decoder's ``float_hook`` folds every
+integral float below 2**53 into an ``int`` and keeps the rest as
+:class:`JsFloat`, a ``float`` whose JSON form is JavaScript's (the canonical
+serializer formats it through an ``enc_hook``). Values decoded this way hash
+exactly like OpenClaw's.
+"""
+
+from __future__ import annotations
+
+_SAFE = 2**53
+
+
+class JsFloat(float):
+    """A float that must be printed the JavaScript way (not msgspec's)."""
+
+    __slots__ = ()
+
+
+def js_float(text: str) -> int | float:
+    """``float_hook`` for msgspec: JSON float literal -> int or JsFloat."""
+    value = float(text)
+    if value.is_integer() and -_SAFE < value < _SAFE:
+        return int(value)
+    return JsFloat(value)

@@ -1,0 +1,67 @@
+"""What loopwarden says: engine detections, published verdicts, dead letters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Level = Literal["warning", "critical"]
+Action = Literal["warn", "block", "abort", "allow"]
+DetectorName = Literal[
+    "generic_repeat",
+    "known_poll_no_progress",
+    "ping_pong",
+    "unknown_tool_repeat",
+    "global_circuit_breaker",
+    "compaction_loop_persisted",
+]
+
+
+class Detection(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One detector hit on one event, emitted or not (the engine's output)."""
+
+    level: Level
+    detector: DetectorName
+    count: int
+    warning_key: str
+    tool_name: str
+    message: str
+    emitted: bool
+    action: Action
+    paired_tool_name: str | None = None
+
+
+class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict"):
+    """A verdict on ``agent.loop-control`` (wire.md, "Verdicts").
+
+    ``verdict_id`` is derived from the triggering event's topic, partition and
+    offset, so a re-delivered verdict carries the same id and can be dropped.
+    """
+
+    verdict_id: str
+    action: Action
+    agent_id: str
+    run_id: str | None = None
+    session_id: str | None = None
+    level: Level | None = None
+    detector: DetectorName | None = None
+    count: int | None = None
+    message: str | None = None
+    warning_key: str | None = None
+    tool_name: str | None = None
+    paired_tool_name: str | None = None
+    tool_call_id: str | None = None
+    event_ts: float | None = None
+    ts: float | None = None
+
+
+class DeadLetter(msgspec.Struct, kw_only=True):
+    """A message that did not decode to a valid event, kept whole for operators."""
+
+    reason: str
+    detail: str
+    topic: str
+    partition: int
+    offset: int
+    raw: bytes

@@ -1,0 +1,1 @@
+"""loopwarden: the stream processor (Faust layer, CLI) around the pure detection engine."""

@@ -1,0 +1,10 @@
+"""The pure detection engine: OpenClaw ``tools.loopDetection``, verdict for verdict.
+
+No Faust, no Kafka, no I/O: the worker, ``loopwarden replay``, the runner
+client and the unit tests all call :func:`step`.
+"""
+
+from streams.detection.engine import StepResult, step
+from streams.detection.state import RunState, decode_state, encode_state
+
+__all__ = ["RunState", "StepResult", "decode_state", "encode_state", "step"]
