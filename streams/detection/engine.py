@@ -1,13 +1,29 @@
-"""The one entry point: ``step(state, event, config) -> StepResult``."""
+"""The one entry point: ``step(state, event, config) -> StepResult``.
+
+It plays OpenClaw's caller (§9) for one event of one run: detection before a
+call is recorded, critical calls blocked and not recorded (their results are
+the veto), warnings emitted by the bucket rule, outcomes recorded and fed to
+the post-compaction guard.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from msgspec import UNSET
+
 from schemas.config import ResolvedConfig
-from schemas.events import Event
+from schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
 from schemas.verdicts import Detection
-from streams.detection.state import RunState
+from streams.detection import guard as guards
+from streams.detection.buckets import dedup_key, should_emit
+from streams.detection.detectors import decide
+from streams.detection.hashing import args_hash, outcome_hash
+from streams.detection.history import record_call, record_outcome
+from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
+from streams.detection.tools import is_known_poll, normalize_tool_name
+
+NO_DETECTIONS: list[Detection] = []
 
 
 class StepResult(NamedTuple):
@@ -17,5 +33,84 @@ class StepResult(NamedTuple):
     guard_armed: bool = False  # a compaction_retry armed the guard
 
 
+def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> list[Detection]:
+    tool = normalize_tool_name(event.tool_name)
+    params = event.params
+    sig = args_hash(tool, params)
+    detections = NO_DETECTIONS
+    if cfg.enabled:
+        finding = decide(state.history, tool, sig, is_known_poll(tool, params), cfg)
+        if finding is not None:
+            critical = finding.level == "critical"
+            if critical:
+                if event.tool_call_id:
+                    blocked = state.blocked
+                    blocked.append(event.tool_call_id)
+                    if len(blocked) > MAX_BLOCKED_CALLS:
+                        del blocked[0]
+                emitted = True
+            else:
+                emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
+            detections = [
+                Detection(
+                    level=finding.level,
+                    detector=finding.detector,
+                    count=finding.count,
+                    warning_key=finding.warning_key,
+                    tool_name=tool,
+                    message=finding.message,
+                    emitted=emitted,
+                    action="block" if critical else "warn",
+                    paired_tool_name=finding.paired_tool_name,
+                )
+            ]
+            if critical:
+                return detections  # §9.3: not executed, not recorded
+    if cfg.record_calls:
+        record_call(state.history, tool, sig, event.tool_call_id, cfg.history_size)
+    return detections
+
+
+def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> list[Detection]:
+    call_id = event.tool_call_id
+    if call_id and call_id in state.blocked:
+        state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
+        return NO_DETECTIONS
+    tool = normalize_tool_name(event.tool_name)
+    params = event.params
+    result_hash, unknown = outcome_hash(tool, params, event.result, event.error, has_result=event.result is not UNSET)
+    if result_hash is None:
+        return NO_DETECTIONS
+    sig = args_hash(tool, params)
+    record_outcome(state.history, tool, sig, call_id, result_hash, unknown, cfg.history_size)
+    if cfg.guard_enabled:
+        abort = guards.observe(state.guard, tool, sig, result_hash, cfg.guard_window)
+        if abort is not None:
+            return [abort]
+    return NO_DETECTIONS
+
+
 def step(state: RunState | None, event: Event, config: ResolvedConfig) -> StepResult:
-    raise NotImplementedError
+    """Apply one event of one run. ``state`` is mutated in place and returned."""
+    if isinstance(event, RunEnd):
+        return StepResult(None, NO_DETECTIONS)
+    if state is None:
+        state = RunState()
+    event_id = event.event_id
+    if event_id:
+        seen = state.seen
+        if event_id in seen:
+            return StepResult(state, NO_DETECTIONS, duplicate=True)
+        seen.append(event_id)
+        if len(seen) > MAX_SEEN_EVENT_IDS:
+            del seen[0]
+    if isinstance(event, ToolCall):
+        return StepResult(state, _on_call(state, event, config))
+    if isinstance(event, ToolResult):
+        return StepResult(state, _on_result(state, event, config))
+    if isinstance(event, CompactionRetry):
+        if config.guard_enabled:
+            guards.arm(state.guard, config.guard_window)
+            return StepResult(state, NO_DETECTIONS, guard_armed=True)
+        return StepResult(state, NO_DETECTIONS)
+    raise TypeError(f"not an event: {type(event).__name__}")

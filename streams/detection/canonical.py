@@ -1,0 +1,159 @@
+"""Canonical serialization and digests, byte for byte as OpenClaw's stable stringify (§2).
+
+Two paths that give the same string:
+
+- :func:`canonical_slow` walks the value in Python and implements every rule
+  (JavaScript number formatting, UTF-16 key order, unpaired surrogates removed).
+- :func:`canonical` first lets msgspec encode with sorted keys (escaping
+  already matches ``JSON.stringify``) and falls back to the slow path only when
+  the output could differ: a non-BMP character (UTF-16 key order differs from
+  code-point order), a run of 16+ digits (an integer above 2**53 that
+  JavaScript would round), or an encode error (lone surrogates). Floats decoded
+  by :mod:`schemas.jsvalues` reach msgspec as ints or :class:`JsFloat`, which
+  the ``enc_hook`` formats the JavaScript way; a plain ``float`` is formatted
+  the same way through the slow path check below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+
+import msgspec
+
+from schemas.jsvalues import JsFloat
+
+_SAFE = 2**53
+_UNSAFE = re.compile(rb"[\xf0-\xf4]|\d{16}|\d\.0(?!\d)|\de[-\d]|-0\.0")
+
+
+class Undefined:
+    """The bare token ``undefined`` inside internally built objects (§2.1)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED = Undefined()
+
+
+def js_number(value: float | int) -> str:
+    """``Number.prototype.toString`` for a double (ECMAScript Number::toString)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -_SAFE <= value <= _SAFE:
+            return str(value)
+        value = float(value)  # rounds to the nearest double, like JSON.parse
+    if value != value:
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    if frac_part == "0":
+        frac_part = ""
+    digits = (int_part + frac_part).lstrip("0")
+    # value = 0.<digits> * 10**n
+    n = len(int_part.lstrip("0")) + int(exp or 0) if int_part != "0" else int(exp or 0) - (
+        len(frac_part) - len(frac_part.lstrip("0"))
+    )
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        exp_text = ("+" if e >= 0 else "-") + str(abs(e))
+        out = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + exp_text
+    return sign + out
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _escape_char(match: re.Match) -> str:
+    ch = match.group(0)
+    return _ESCAPES.get(ch) or "\\u%04x" % ord(ch)
+
+
+def _well_formed(text: str) -> str:
+    """Join surrogate pairs and drop unpaired surrogates (§2.2)."""
+    if not _SURROGATE.search(text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return _SURROGATE.sub("", joined)
+
+
+def js_string(text: str) -> str:
+    """``JSON.stringify`` for a string, with non-ASCII left raw."""
+    return '"' + _NEEDS_ESCAPE.sub(_escape_char, _well_formed(text)) + '"'
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def canonical_slow(value: object) -> str:
+    """Reference implementation of §2.1-§2.6 for JSON-shaped values."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return js_string(value)
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            return js_string(js_number(value))
+        return js_number(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(canonical_slow(v) for v in value) + "]"
+    if isinstance(value, dict):
+        keys = sorted(value, key=_utf16_key)
+        return "{" + ",".join(js_string(k) + ":" + canonical_slow(value[k]) for k in keys) + "}"
+    if value is UNDEFINED:
+        return "undefined"
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def _enc_hook(obj: object) -> object:
+    if isinstance(obj, JsFloat):
+        return msgspec.Raw(js_number(obj).encode())
+    if obj is UNDEFINED:
+        return msgspec.Raw(b"undefined")
+    raise TypeError(f"cannot serialize {type(obj).__name__}")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook, order="sorted")
+
+
+def canonical_bytes(value: object) -> bytes:
+    """UTF-8 bytes of the canonical form; msgspec fast path, slow path when unsure."""
+    try:
+        out = _encoder.encode(value)
+    except (UnicodeEncodeError, TypeError, OverflowError):
+        return canonical_slow(value).encode("utf-8")
+    if _UNSAFE.search(out) is None:
+        return out
+    return canonical_slow(value).encode("utf-8")
+
+
+def canonical(value: object) -> str:
+    return canonical_bytes(value).decode("utf-8")
+
+
+def digest(value: object) -> str:
+    """Lowercase hex SHA-256 of the canonical form (§2.8)."""
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
