@@ -1,19 +1,23 @@
 """Events that runners publish on ``agent.events`` (wire.md, "Events").
 
-A tagged union on ``type``. Free-form payloads (``params``, ``result``,
-``error``) decode as ``Any`` with JavaScript number semantics (see
-:mod:`schemas.jsvalues`); ``result`` distinguishes *missing* (``UNSET``: no
-outcome hash) from ``null`` (hashed).
+A tagged union on ``type``. The free-form payloads (``params``, ``result``,
+``error``) stay :class:`msgspec.Raw` JSON: decoding them into Python objects
+is most of the cost of an event, and the engine only needs them when a hash
+is not already cached for the same bytes (see
+:mod:`streams.detection.payloads`). ``result`` distinguishes *missing*
+(``UNSET``: no outcome hash) from ``null`` (hashed); ``error: null`` is no
+error. Build payloads in Python with :func:`payload`.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Union
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET, Raw, UnsetType
 
-from schemas.jsvalues import js_float
+from schemas.jsvalues import drop_lone_surrogates
 
 
 class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -29,7 +33,7 @@ class ToolCall(_EventBase, tag="tool_call"):
 
     tool_name: str | None = None
     tool_call_id: str | None = None
-    params: Any = msgspec.field(default_factory=dict)
+    params: Raw | UnsetType = UNSET  # missing means {}
     await_decision: bool = False
 
 
@@ -38,9 +42,9 @@ class ToolResult(_EventBase, tag="tool_result"):
 
     tool_name: str | None = None
     tool_call_id: str | None = None
-    params: Any = msgspec.field(default_factory=dict)
-    result: Any | UnsetType = UNSET
-    error: Any = None
+    params: Raw | UnsetType = UNSET  # missing means {}
+    result: Raw | UnsetType = UNSET
+    error: Raw | UnsetType = UNSET  # missing or null: no error
 
 
 class CompactionRetry(_EventBase, tag="compaction_retry"):
@@ -66,8 +70,28 @@ class EventDecodeError(ValueError):
         self.detail = detail
 
 
-_decoder = msgspec.json.Decoder(Event, float_hook=js_float)
+_decoder = msgspec.json.Decoder(Event)
 _encoder = msgspec.json.Encoder()
+
+
+def payload(value: Any) -> Raw:
+    """A Python value as a wire payload (``params``, ``result``, ``error``)."""
+    return Raw(_encoder.encode(value))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_lenient(raw: bytes | str) -> Event:
+    """Second chance for JSON that JavaScript accepts but msgspec does not.
+
+    ``JSON.parse`` takes lone UTF-16 surrogate escapes (``"\\ud800"``); OpenClaw's
+    serializer later drops them (§2.2), so drop them here and decode again.
+    """
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    value = json.loads(text, parse_constant=_reject_constant)
+    return _decoder.decode(_encoder.encode(drop_lone_surrogates(value)))
 
 
 def _classify(message: str) -> str:
@@ -94,7 +118,12 @@ def decode_event(raw: bytes | str) -> Event:
             raise EventDecodeError("missing_field", text) from None
         raise EventDecodeError(_classify(text), text) from None
     except msgspec.DecodeError as exc:
-        raise EventDecodeError("bad_json", str(exc)) from None
+        try:
+            event = _decode_lenient(raw)
+        except msgspec.ValidationError as exc2:
+            raise EventDecodeError(_classify(str(exc2)), str(exc2)) from None
+        except (ValueError, UnicodeDecodeError, RecursionError, msgspec.DecodeError):
+            raise EventDecodeError("bad_json", str(exc)) from None
     if not event.agent_id.strip():
         raise EventDecodeError("blank_agent_id", "agent_id is empty")
     return event

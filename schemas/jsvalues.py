@@ -10,6 +10,9 @@ exactly like OpenClaw's.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 _SAFE = 2**53
 
 
@@ -25,3 +28,20 @@ def js_float(text: str) -> int | float:
     if value.is_integer() and -_SAFE < value < _SAFE:
         return int(value)
     return JsFloat(value)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def drop_lone_surrogates(value: Any) -> Any:
+    """Remove unpaired UTF-16 surrogates from every string (keys included)."""
+    if isinstance(value, str):
+        if not _SURROGATES.search(value):
+            return value
+        joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return _SURROGATES.sub("", joined)
+    if isinstance(value, list):
+        return [drop_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {drop_lone_surrogates(k): drop_lone_surrogates(v) for k, v in value.items()}
+    return value

@@ -25,7 +25,10 @@ import msgspec
 from schemas.jsvalues import JsFloat
 
 _SAFE = 2**53
-_UNSAFE = re.compile(rb"[\xf0-\xf4]|\d{16}|\d\.0(?!\d)|\de[-\d]|-0\.0")
+# One C-speed pass classifies the fast path's output: digits -> "0",
+# UTF-8 lead bytes of non-BMP characters -> "!", everything else -> " ".
+_CLASSIFY = bytes(48 if 48 <= b <= 57 else 33 if 0xF0 <= b <= 0xF4 else 32 for b in range(256))
+_LONG_DIGITS = b"0" * 16  # an integer of 16+ digits may exceed 2**53
 
 
 class Undefined:
@@ -145,8 +148,10 @@ def canonical_bytes(value: object) -> bytes:
         out = _encoder.encode(value)
     except (UnicodeEncodeError, TypeError, OverflowError):
         return canonical_slow(value).encode("utf-8")
-    if _UNSAFE.search(out) is None:
-        return out
+    classes = out.translate(_CLASSIFY)
+    if classes.count(48) < 16 or classes.find(_LONG_DIGITS) < 0:
+        if out.isascii() or classes.find(33) < 0:
+            return out
     return canonical_slow(value).encode("utf-8")
 
 

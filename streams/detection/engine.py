@@ -8,6 +8,7 @@ the post-compaction guard.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from msgspec import UNSET
@@ -18,28 +19,30 @@ from schemas.verdicts import Detection
 from streams.detection import guard as guards
 from streams.detection.buckets import dedup_key, should_emit
 from streams.detection.detectors import decide
-from streams.detection.hashing import args_hash, outcome_hash
 from streams.detection.history import record_call, record_outcome
+from streams.detection.payloads import call_info, outcome
 from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
-from streams.detection.tools import is_known_poll, normalize_tool_name
+from streams.detection.tools import normalize_tool_name
 
-NO_DETECTIONS: list[Detection] = []
+_EMPTY_PARAMS = b"{}"
+
+NO_DETECTIONS: tuple[Detection, ...] = ()
 
 
 class StepResult(NamedTuple):
     state: RunState | None  # None: the run's state can be dropped (run_end)
-    detections: list[Detection]  # in order; `emitted` says which are published
+    detections: Sequence[Detection]  # in order; `emitted` says which are published
     duplicate: bool = False  # a repeated event_id: nothing was applied
     guard_armed: bool = False  # a compaction_retry armed the guard
 
 
-def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> list[Detection]:
+def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[Detection]:
     tool = normalize_tool_name(event.tool_name)
-    params = event.params
-    sig = args_hash(tool, params)
+    info = call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
+    sig = info.sig
     detections = NO_DETECTIONS
     if cfg.enabled:
-        finding = decide(state.history, tool, sig, is_known_poll(tool, params), cfg)
+        finding = decide(state.history, tool, sig, info.known_poll, cfg)
         if finding is not None:
             critical = finding.level == "critical"
             if critical:
@@ -51,7 +54,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> list[Dete
                 emitted = True
             else:
                 emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
-            detections = [
+            detections = (
                 Detection(
                     level=finding.level,
                     detector=finding.detector,
@@ -62,8 +65,8 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> list[Dete
                     emitted=emitted,
                     action="block" if critical else "warn",
                     paired_tool_name=finding.paired_tool_name,
-                )
-            ]
+                ),
+            )
             if critical:
                 return detections  # §9.3: not executed, not recorded
     if cfg.record_calls:
@@ -71,22 +74,26 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> list[Dete
     return detections
 
 
-def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> list[Detection]:
+def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> Sequence[Detection]:
     call_id = event.tool_call_id
     if call_id and call_id in state.blocked:
         state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
         return NO_DETECTIONS
     tool = normalize_tool_name(event.tool_name)
-    params = event.params
-    result_hash, unknown = outcome_hash(tool, params, event.result, event.error, has_result=event.result is not UNSET)
+    info = call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
+    result = None if event.result is UNSET else bytes(event.result)
+    error = None if event.error is UNSET else bytes(event.error)
+    if error == b"null":
+        error = None
+    result_hash, unknown = outcome(tool, info.mode, result, error)
     if result_hash is None:
         return NO_DETECTIONS
-    sig = args_hash(tool, params)
+    sig = info.sig
     record_outcome(state.history, tool, sig, call_id, result_hash, unknown, cfg.history_size)
     if cfg.guard_enabled:
         abort = guards.observe(state.guard, tool, sig, result_hash, cfg.guard_window)
         if abort is not None:
-            return [abort]
+            return (abort,)
     return NO_DETECTIONS
 
 

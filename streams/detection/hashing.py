@@ -62,7 +62,14 @@ def unknown_tool_name(text: str) -> str | None:
 
 def _content_text(result: dict) -> str:
     content = result.get("content")
-    if not isinstance(content, list):
+    if type(content) is not list:
+        return ""
+    if len(content) == 1:  # the common shape: one text block
+        item = content[0]
+        if type(item) is dict:
+            kind, text = item.get("type"), item.get("text")
+            if type(kind) is str and type(text) is str:
+                return js_trim(text)
         return ""
     parts = [
         item["text"]
@@ -165,7 +172,19 @@ def is_loop_veto(result: object) -> bool:
     return isinstance(details, dict) and details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
 
 
-def result_hash(tool: str, params: object, result: object, send_tools: frozenset[str] = frozenset()) -> str | None:
+def result_mode(tool: str, params: object, send_tools: frozenset[str] = frozenset()) -> str:
+    """How a call's result is hashed, the only thing §4 reads from params.
+
+    ``"poll"``/``"log"`` for process projections (§4.6), ``"send"`` for
+    send-like results (§4.7), ``""`` otherwise.
+    """
+    action = process_poll_action(tool, params)
+    if action is not None:
+        return action
+    return "send" if is_send_like(tool, params, send_tools) else ""
+
+
+def result_hash(tool: str, mode: str, result: object) -> str | None:
     """§4.2-§4.9 for a result without error; None means "not recorded"."""
     if not isinstance(result, dict):
         return digest(result)
@@ -180,10 +199,9 @@ def result_hash(tool: str, params: object, result: object, send_tools: frozenset
         projection = _exec_projection(status, details, text)
         if projection is not None:
             return digest(projection)
-    action = process_poll_action(tool, params)
-    if action is not None:
-        return digest(_process_projection(action, details, text))
-    if is_send_like(tool, params, send_tools):
+    if mode == "poll" or mode == "log":
+        return digest(_process_projection(mode, details, text))
+    if mode == "send":
         return digest(strip_volatile(details))
     return digest({"details": details, "text": text})
 
@@ -197,4 +215,4 @@ def outcome_hash(
         return "error:" + digest(text), unknown_tool_name(text)
     if not has_result:
         return None, None
-    return result_hash(tool, params, result, send_tools), None
+    return result_hash(tool, result_mode(tool, params, send_tools), result), None

@@ -22,7 +22,20 @@ def record_outcome(
 ) -> None:
     """§6.3 steps 2-5: fill the newest matching pending record, else append a complete one."""
     args, tools, results, call_ids = h.args, h.tools, h.results, h.call_ids
-    for i in range(len(args) - 1, -1, -1):
+    last = len(args) - 1
+    # Fast path: the result of the newest call (the usual sequential case).
+    if (
+        last >= 0
+        and args[last] == sig
+        and results[last] is None
+        and tools[last] == tool
+        and (not call_id or call_ids[last] == call_id)
+    ):
+        results[last] = result_hash
+        h.unknowns[last] = unknown
+        h.trim(history_size)
+        return
+    for i in range(last - 1, -1, -1):
         if (
             args[i] == sig
             and results[i] is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _ALIASES = {"bash": "exec", "apply-patch": "apply_patch"}
 _POLL_ACTIONS = frozenset({"poll", "log"})
 SEND_ACTIONS = frozenset(
@@ -9,6 +11,7 @@ SEND_ACTIONS = frozenset(
 )
 
 
+@lru_cache(maxsize=4096)
 def normalize_tool_name(name: str | None) -> str:
     """Trim, lowercase, apply aliases; a missing or blank name is ``tool``."""
     if not name:

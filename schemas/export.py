@@ -1,0 +1,45 @@
+"""JSON Schema files for runners not written in Python.
+
+``python -m schemas.export`` rewrites the checked-in files; a test fails when
+they differ from what the Structs say (so the files cannot go stale).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import msgspec
+
+from schemas.events import Event
+from schemas.verdicts import DeadLetter, Verdict
+
+HERE = Path(__file__).parent
+SCHEMAS = {
+    "event.schema.json": (Event, "A loopwarden event on agent.events"),
+    "verdict.schema.json": (Verdict, "A loopwarden verdict on agent.loop-control"),
+    "dead-letter.schema.json": (DeadLetter, "A dead letter on loopwarden.dead-letter (raw is base64)"),
+}
+
+
+def render() -> dict[str, str]:
+    """File name -> schema text, deterministic (sorted keys, trailing newline)."""
+    out = {}
+    for name, (type_, title) in SCHEMAS.items():
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title}
+        schema.update(msgspec.json.schema(type_))
+        out[name] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    target = Path(argv[0]) if argv else HERE
+    for name, text in render().items():
+        (target / name).write_text(text, encoding="utf-8")
+        print(f"wrote {target / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""``loopwarden bench engine``: events/second through decode + ``step()`` on one core.
+
+Drives a realistic mixed fleet trace (:mod:`streams.synthetic`: healthy runs
+with varied params and text results, plus every loop kind, runs interleaved)
+through exactly the worker's per-event path: msgspec decode of the raw bytes,
+per-run state lookup, ``step()``. The payload caches start cold. The trace is
+built before the clock starts; ``--profile`` runs pyinstrument over the same loop.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import msgspec
+
+from schemas.config import FleetConfig
+from schemas.events import EventDecodeError, decode_event, session_key
+from streams.detection import step
+
+BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def build_trace(events: int, seed: int) -> list[bytes]:
+    from streams.synthetic import fleet_events
+
+    encode = msgspec.json.encode
+    # ~81 events per run with the default run length of 40.
+    agents = max(1, events // (81 * 4))
+    trace = [encode(e) for e in fleet_events(agents=agents, runs_per_agent=4, seed=seed)]
+    return trace[:events] if len(trace) > events else trace
+
+
+def drive(trace: list[bytes], fleet: FleetConfig) -> tuple[int, int]:
+    """The worker's per-event path, minus Kafka: returns (detections, emitted)."""
+    states: dict[tuple[str, str], object] = {}
+    detections = emitted = 0
+    resolve = fleet.resolve
+    for raw in trace:
+        try:
+            event = decode_event(raw)
+        except EventDecodeError:
+            continue
+        run = event.run_id
+        key = (session_key(event), run.strip() if run else "")
+        result = step(states.get(key), event, resolve(event.agent_id))
+        if result.state is None:
+            states.pop(key, None)
+        else:
+            states[key] = result.state
+        if result.detections:
+            detections += len(result.detections)
+            emitted += sum(d.emitted for d in result.detections)
+    return detections, emitted
+
+
+def bench_engine(events: int, seed: int, repeat: int, profile: bool) -> dict:
+    from streams.detection import payloads
+
+    fleet = FleetConfig.from_document(BENCH_CONFIG)
+    trace = build_trace(events, seed)
+    size = sum(map(len, trace))
+    runs = []
+    for i in range(repeat):
+        payloads.clear_caches()
+        gc.collect()
+        start = time.perf_counter()
+        detections, emitted = drive(trace, fleet)
+        runs.append(time.perf_counter() - start)
+    best = min(runs)
+    report = {
+        "events": len(trace),
+        "mean_event_bytes": round(size / len(trace)),
+        "detections": detections,
+        "emitted": emitted,
+        "seconds_best": round(best, 3),
+        "events_per_second": round(len(trace) / best),
+        "us_per_event": round(best / len(trace) * 1e6, 2),
+        "runs_seconds": [round(r, 3) for r in runs],
+    }
+    if profile:
+        from pyinstrument import Profiler
+
+        payloads.clear_caches()
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        drive(trace, fleet)
+        profiler.stop()
+        report["profile"] = profiler.output_text(unicode=False, color=False, show_all=False)
+    return report
+
+
+def run(args) -> int:
+    if args.target == "engine":
+        report = bench_engine(args.events, args.seed, args.repeat, args.profile)
+        profile = report.pop("profile", None)
+        print(msgspec.json.format(msgspec.json.encode(report)).decode())
+        if profile:
+            print(profile)
+        return 0
+    from importlib import import_module
+
+    return import_module(f"streams.bench_{args.target}").run_bench(args)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks (engine: decode + step() on one core)")
+    p.add_argument("target", choices=["engine", "worker", "latency"], help="what to measure")
+    p.add_argument("--events", type=int, default=200_000, help="trace length (engine)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
+    p.add_argument("--profile", action="store_true", help="also print a pyinstrument profile")
+    p.set_defaults(func=run)

@@ -1,0 +1,19 @@
+"""The checked-in JSON Schema files match the msgspec Structs (regenerate: python -m schemas.export)."""
+
+import json
+
+import pytest
+
+from schemas import export
+
+
+@pytest.mark.parametrize("name", sorted(export.SCHEMAS))
+def test_checked_in_schema_is_current(name):
+    on_disk = (export.HERE / name).read_text(encoding="utf-8")
+    assert on_disk == export.render()[name], f"{name} is stale: run `python -m schemas.export`"
+
+
+def test_event_schema_describes_the_four_types():
+    schema = json.loads((export.HERE / "event.schema.json").read_text())
+    assert set(schema["discriminator"]["mapping"]) == {"tool_call", "tool_result", "compaction_retry", "run_end"}
+    assert schema["$defs"]["ToolCall"]["required"] == ["type", "agent_id"]
