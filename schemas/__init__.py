@@ -9,8 +9,11 @@ from schemas.events import (
     ToolResult,
     decode_event,
     encode_event,
+    key_for,
     run_key,
+    run_scope,
     session_key,
+    state_key,
 )
 from schemas.verdicts import DeadLetter, Detection, Verdict
 
@@ -26,6 +29,9 @@ __all__ = [
     "Verdict",
     "decode_event",
     "encode_event",
+    "key_for",
     "run_key",
+    "run_scope",
     "session_key",
+    "state_key",
 ]

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from schemas.jsvalues import js_trim
+
 DEFAULT_HISTORY_SIZE = 30
 DEFAULT_WARNING_THRESHOLD = 10
 DEFAULT_CRITICAL_THRESHOLD = 20
@@ -126,7 +128,7 @@ def resolve_block(block: dict | None) -> ResolvedConfig:
 
 
 def normalize_agent_id(agent_id: str) -> str:
-    return agent_id.strip().lower()
+    return js_trim(agent_id).lower()
 
 
 class FleetConfig:

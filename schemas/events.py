@@ -17,7 +17,7 @@ from typing import Any, Union
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from schemas.jsvalues import drop_lone_surrogates
+from schemas.jsvalues import drop_lone_surrogates, js_trim
 
 
 class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -124,7 +124,7 @@ def decode_event(raw: bytes | str) -> Event:
             raise EventDecodeError(_classify(str(exc2)), str(exc2)) from None
         except (ValueError, UnicodeDecodeError, RecursionError, msgspec.DecodeError):
             raise EventDecodeError("bad_json", str(exc)) from None
-    if not event.agent_id.strip():
+    if not js_trim(event.agent_id):
         raise EventDecodeError("blank_agent_id", "agent_id is empty")
     return event
 
@@ -133,14 +133,28 @@ def encode_event(event: Event) -> bytes:
     return _encoder.encode(event)
 
 
+def run_scope(run_id: str | None) -> str:
+    """The run id as the rules compare it: trimmed the JavaScript way; "" = unscoped (§6.5)."""
+    return js_trim(run_id) if run_id else ""
+
+
+def key_for(agent_id: str, session_id: str | None, run_id: str | None) -> str:
+    """The run key (wire.md): ``run_id`` when non-blank, else the session key."""
+    if run_id and run_scope(run_id):
+        return run_id
+    return session_id if session_id else agent_id
+
+
 def session_key(event: Event) -> str:
     """``session_id`` when present, else ``agent_id`` (wire.md)."""
     return event.session_id if event.session_id else event.agent_id
 
 
 def run_key(event: Event) -> str:
-    """The Kafka key: ``run_id`` when non-blank, else the session key."""
-    run = event.run_id
-    if run is not None and run.strip():
-        return run
-    return session_key(event)
+    """The Kafka key of an event (messages of one run share a partition)."""
+    return key_for(event.agent_id, event.session_id, event.run_id)
+
+
+def state_key(event: Event) -> tuple[str, str]:
+    """Where a run's state lives: (session key, run scope) (§11.1)."""
+    return session_key(event), run_scope(event.run_id)

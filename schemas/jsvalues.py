@@ -30,6 +30,19 @@ def js_float(text: str) -> int | float:
     return JsFloat(value)
 
 
+# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator); Python's
+# str.strip() differs (it keeps U+FEFF, drops U+001C-U+001F and U+0085).
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(text: str) -> str:
+    """``String.prototype.trim``."""
+    return text.strip(JS_WHITESPACE)
+
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 

@@ -15,7 +15,7 @@ import time
 import msgspec
 
 from schemas.config import FleetConfig
-from schemas.events import EventDecodeError, decode_event, session_key
+from schemas.events import EventDecodeError, decode_event, state_key
 from streams.detection import step
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
@@ -41,8 +41,7 @@ def drive(trace: list[bytes], fleet: FleetConfig) -> tuple[int, int]:
             event = decode_event(raw)
         except EventDecodeError:
             continue
-        run = event.run_id
-        key = (session_key(event), run.strip() if run else "")
+        key = state_key(event)
         result = step(states.get(key), event, resolve(event.agent_id))
         if result.state is None:
             states.pop(key, None)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import msgspec
 
 from schemas.config import ConfigError, FleetConfig, load_config
-from schemas.events import EventDecodeError, decode_event, session_key
+from schemas.events import EventDecodeError, decode_event, state_key
 from schemas.verdicts import Detection
 from streams.detection import RunState, step
 
@@ -24,11 +24,6 @@ class BadLine(NamedTuple):
     event_index: int
     reason: str
     detail: str
-
-
-def state_key(session: str, run_id: str | None) -> tuple[str, str]:
-    """State lives per (session key, trimmed run id); blank means unscoped."""
-    return session, (run_id or "").strip()
 
 
 def detection_row(index: int, event, det: Detection) -> dict:
@@ -57,7 +52,7 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
     states: dict[tuple[str, str], RunState] = {}
     index = -1
     for line in lines:
-        if not line.strip():
+        if not line or line.isspace():
             continue
         index += 1
         try:
@@ -65,7 +60,7 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
         except EventDecodeError as exc:
             yield BadLine(index, exc.reason, exc.detail)
             continue
-        key = state_key(session_key(event), event.run_id)
+        key = state_key(event)
         result = step(states.get(key), event, config.resolve(event.agent_id))
         if result.state is None:
             states.pop(key, None)

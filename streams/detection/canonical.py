@@ -4,14 +4,16 @@ Two paths that give the same string:
 
 - :func:`canonical_slow` walks the value in Python and implements every rule
   (JavaScript number formatting, UTF-16 key order, unpaired surrogates removed).
-- :func:`canonical` first lets msgspec encode with sorted keys (escaping
-  already matches ``JSON.stringify``) and falls back to the slow path only when
-  the output could differ: a non-BMP character (UTF-16 key order differs from
-  code-point order), a run of 16+ digits (an integer above 2**53 that
-  JavaScript would round), or an encode error (lone surrogates). Floats decoded
-  by :mod:`schemas.jsvalues` reach msgspec as ints or :class:`JsFloat`, which
-  the ``enc_hook`` formats the JavaScript way; a plain ``float`` is formatted
-  the same way through the slow path check below.
+- :func:`canonical_bytes` (the engine's hot path) lets msgspec encode with
+  sorted keys (its escaping already matches ``JSON.stringify``) and falls back
+  to the slow path only when the output could differ: a non-BMP character
+  (UTF-16 key order differs from code-point order), a run of 16+ digits (an
+  integer above 2**53 that JavaScript would round), or an encode error (lone
+  surrogates). It expects values as :mod:`schemas.jsvalues` decodes them:
+  numbers are ints or :class:`JsFloat` (formatted by the ``enc_hook``), never
+  plain floats.
+- :func:`canonical` and :func:`digest` take any JSON-shaped Python value:
+  they also fall back when msgspec printed a plain float its own way.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ def canonical_slow(value: object) -> str:
 
 def _enc_hook(obj: object) -> object:
     if isinstance(obj, JsFloat):
-        return msgspec.Raw(js_number(obj).encode())
+        text = js_number(obj)
+        return msgspec.Raw((text if math.isfinite(obj) else js_string(text)).encode())
     if obj is UNDEFINED:
         return msgspec.Raw(b"undefined")
     raise TypeError(f"cannot serialize {type(obj).__name__}")
@@ -142,23 +145,42 @@ def _enc_hook(obj: object) -> object:
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook, order="sorted")
 
 
-def canonical_bytes(value: object) -> bytes:
-    """UTF-8 bytes of the canonical form; msgspec fast path, slow path when unsure."""
+def _fast(value: object) -> bytes | None:
+    """msgspec's output when it is certainly canonical for a decoded value, else None."""
     try:
         out = _encoder.encode(value)
     except (UnicodeEncodeError, TypeError, OverflowError):
-        return canonical_slow(value).encode("utf-8")
+        return None
     classes = out.translate(_CLASSIFY)
     if classes.count(48) < 16 or classes.find(_LONG_DIGITS) < 0:
         if out.isascii() or classes.find(33) < 0:
             return out
-    return canonical_slow(value).encode("utf-8")
+    return None
+
+
+def canonical_bytes(value: object) -> bytes:
+    """UTF-8 canonical form of a value decoded by loopwarden (no plain floats)."""
+    out = _fast(value)
+    return out if out is not None else canonical_slow(value).encode("utf-8")
+
+
+def digest_decoded(value: object) -> str:
+    """:func:`digest` for values decoded by loopwarden (the hot path)."""
+    return hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+# msgspec prints plain floats as ``50.0``, ``-0.0``, ``1e-7``, ``1e16``.
+_PLAIN_FLOAT = re.compile(rb"\d\.0(?![0-9])|\de[-+0-9]")
 
 
 def canonical(value: object) -> str:
-    return canonical_bytes(value).decode("utf-8")
+    """The canonical form of any JSON-shaped Python value (§2)."""
+    out = _fast(value)
+    if out is not None and _PLAIN_FLOAT.search(out) is None:
+        return out.decode("utf-8")
+    return canonical_slow(value)
 
 
 def digest(value: object) -> str:
-    """Lowercase hex SHA-256 of the canonical form (§2.8)."""
-    return hashlib.sha256(canonical_bytes(value)).hexdigest()
+    """Lowercase hex SHA-256 of the canonical form (§2.8), for any JSON-shaped value."""
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()

@@ -1,15 +1,18 @@
-"""Call signatures (argsHash, §3), outcome hashes (resultHash, §4) and unknown-tool names (§5)."""
+"""Call signatures (argsHash, §3), outcome hashes (resultHash, §4) and unknown-tool names (§5).
+
+Payloads are JSON values as :func:`streams.detection.payloads.load` decodes
+them (numbers as ints or JsFloat), so digests take the fast canonical path.
+"""
 
 from __future__ import annotations
 
 import re
 
-from streams.detection.canonical import UNDEFINED, canonical, digest, js_number
+from schemas.jsvalues import JS_WHITESPACE, js_trim
+from streams.detection.canonical import UNDEFINED, canonical, digest_decoded, js_number
 from streams.detection.tools import is_send_like, process_poll_action
 
-# JavaScript's String.prototype.trim set (WhiteSpace + LineTerminator).
-_JS_WS = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_JS_S = "[" + re.escape(_JS_WS) + "]"
+_JS_S = "[" + re.escape(JS_WHITESPACE) + "]"
 # ASCII-only case folding, as a JavaScript /i regex without the u flag does.
 _UNKNOWN_PATTERNS = (
     re.compile(r"unknown tool(?::|" + _JS_S + r")+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE | re.ASCII),
@@ -28,13 +31,9 @@ _VOLATILE_SEND_KEYS = frozenset(
 )  # fmt: skip
 
 
-def js_trim(text: str) -> str:
-    return text.strip(_JS_WS)
-
-
 def args_hash(tool: str, params: object) -> str:
     """``<tool>:`` + digest(params), params exactly as received (§3)."""
-    return tool + ":" + digest(params)
+    return tool + ":" + digest_decoded(params)
 
 
 def error_text(error: object) -> str:
@@ -187,7 +186,7 @@ def result_mode(tool: str, params: object, send_tools: frozenset[str] = frozense
 def result_hash(tool: str, mode: str, result: object) -> str | None:
     """§4.2-§4.9 for a result without error; None means "not recorded"."""
     if not isinstance(result, dict):
-        return digest(result)
+        return digest_decoded(result)
     details = result.get("details")
     if not isinstance(details, dict):
         details = {}
@@ -198,12 +197,12 @@ def result_hash(tool: str, mode: str, result: object) -> str | None:
     if tool == "exec" and isinstance(status, str):
         projection = _exec_projection(status, details, text)
         if projection is not None:
-            return digest(projection)
+            return digest_decoded(projection)
     if mode == "poll" or mode == "log":
-        return digest(_process_projection(mode, details, text))
+        return digest_decoded(_process_projection(mode, details, text))
     if mode == "send":
-        return digest(strip_volatile(details))
-    return digest({"details": details, "text": text})
+        return digest_decoded(strip_volatile(details))
+    return digest_decoded({"details": details, "text": text})
 
 
 def outcome_hash(
@@ -212,7 +211,7 @@ def outcome_hash(
     """(resultHash, unknownToolName) for an outcome; (None, None) when nothing is recorded."""
     if error is not None:
         text = error_text(error)
-        return "error:" + digest(text), unknown_tool_name(text)
+        return "error:" + digest_decoded(text), unknown_tool_name(text)
     if not has_result:
         return None, None
     return result_hash(tool, result_mode(tool, params, send_tools), result), None

@@ -17,7 +17,7 @@ import msgspec
 from msgspec import Raw
 
 from schemas.jsvalues import js_float
-from streams.detection.canonical import digest
+from streams.detection.canonical import digest_decoded
 from streams.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
 from streams.detection.tools import is_known_poll
 
@@ -51,7 +51,7 @@ def _result_hash(tool: str, mode: str, raw: bytes) -> str | None:
 
 def _error_outcome(raw: bytes) -> tuple[str, str | None]:
     text = error_text(_decoder.decode(raw))
-    return "error:" + digest(text), unknown_tool_name(text)
+    return "error:" + digest_decoded(text), unknown_tool_name(text)
 
 
 _cached_call_info = lru_cache(maxsize=CACHE_ENTRIES)(_call_info)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from schemas.jsvalues import js_trim
+
 _ALIASES = {"bash": "exec", "apply-patch": "apply_patch"}
 _POLL_ACTIONS = frozenset({"poll", "log"})
 SEND_ACTIONS = frozenset(
@@ -16,7 +18,7 @@ def normalize_tool_name(name: str | None) -> str:
     """Trim, lowercase, apply aliases; a missing or blank name is ``tool``."""
     if not name:
         return "tool"
-    normalized = name.strip().lower()
+    normalized = js_trim(name).lower()
     if not normalized:
         return "tool"
     return _ALIASES.get(normalized, normalized)
