@@ -1,0 +1,121 @@
+"""Runner client pieces that need no broker: event building, routing, dedup, run state, veto."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from schemas.events import decode_event, encode_event, run_key
+from schemas.verdicts import Verdict
+from streams.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result
+from streams.runner import wire
+from streams.runner.state import RecentIds, RunState
+
+
+def verdict(vid: str, action: str = "warn", run_id: str | None = "r1", **kw) -> Verdict:
+    return Verdict(verdict_id=vid, action=action, agent_id="a", run_id=run_id, message=f"M {vid}", **kw)
+
+
+def test_events_are_keyed_stamped_and_decode_as_wire_events():
+    ref = wire.RunRef(agent_id="a", session_id="s", run_id="r")
+    call = wire.tool_call(ref, "read", {"path": "x"}, await_decision=True)
+    again = wire.tool_call(ref, "read", {"path": "x"})
+    assert call.event_id and call.event_id != again.event_id and call.ts > 0
+    assert call.tool_call_id and call.tool_call_id != again.tool_call_id
+    decoded = decode_event(encode_event(call))
+    assert decoded == call and bytes(decoded.params) == b'{"path":"x"}' and decoded.await_decision
+    result = wire.result_for(call, result={"content": []})
+    assert (result.tool_call_id, result.params, result.run_id) == (call.tool_call_id, call.params, "r")
+    assert decode_event(encode_event(result)) == result
+    assert run_key(call) == ref.key == "r"
+    for event in (wire.compaction_retry(ref, "overflow"), wire.run_end(ref)):
+        assert decode_event(encode_event(event)) == event and run_key(event) == "r"
+
+
+@pytest.mark.parametrize("ref,key", [
+    (wire.RunRef(agent_id="a", session_id="s", run_id="r"), "r"),
+    (wire.RunRef(agent_id="a", session_id="s", run_id="  "), "s"),
+    (wire.RunRef(agent_id="a"), "a"),
+])
+def test_run_key_matches_the_schema_rule(ref, key):
+    assert ref.key == key == run_key(wire.run_end(ref))
+    v = Verdict(verdict_id="x", action="allow", agent_id=ref.agent_id, session_id=ref.session_id, run_id=ref.run_id)
+    assert wire.verdict_key(v) == key and wire.verdict_key(v, b"k") == "k"
+
+
+def test_recent_ids_drop_repeats_in_bounded_memory():
+    ids = RecentIds(3)
+    assert [ids.seen(x) for x in "abca"] == [False, False, False, True]
+    ids.seen("d")  # evicts the least recently seen ("b")
+    assert len(ids) == 3 and ids.seen("b") is False
+
+
+def test_run_state_remembers_block_abort_and_warnings():
+    state = RunState()
+    state.apply(verdict("1", "warn"))
+    state.apply(verdict("2", "block"))
+    state.apply(verdict("3", "abort"))
+    state.apply(verdict("4", "abort"))
+    state.apply(verdict("5", "allow"))
+    assert state.take_block().verdict_id == "2" and state.take_block() is None
+    assert state.aborted.verdict_id == "3"  # only the first abort counts
+    assert [w.verdict_id for w in state.take_warnings()] == ["1"] and state.take_warnings() == []
+
+
+def test_blocked_tool_result_is_the_recognised_veto():
+    r = blocked_tool_result("CRITICAL: stop")
+    assert r == {"content": [{"type": "text", "text": "CRITICAL: stop"}],
+                 "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL: stop"}}
+    assert is_blocked_result(r)
+    assert not is_blocked_result({"details": {"status": "blocked", "deniedReason": "plugin"}})
+    assert not is_blocked_result("text")
+
+
+async def test_routing_delivers_own_runs_once_and_feeds_gates():
+    client = LoopClient(ClientSettings())  # not started: routing needs no broker
+    got: list[Verdict] = []
+    run = client.run("a", run_id="r1", on_verdict=got.append)
+    stream = run.verdicts()
+    first = asyncio.ensure_future(stream.__anext__())
+    await asyncio.sleep(0)
+    client._on_verdict(b"r1", verdict("v1", "warn"))
+    client._on_verdict(b"r1", verdict("v1", "warn"))  # re-delivered
+    client._on_verdict(b"other", verdict("v2", "block", run_id="other"))
+    assert [v.verdict_id for v in got] == ["v1"] and (await first).verdict_id == "v1"
+    assert (client.stats.duplicates_dropped, client.stats.foreign_dropped) == (1, 1)
+    # a verdict that answers a waiting gate is handed to it, not remembered as pending
+    fut = asyncio.get_running_loop().create_future()
+    client._waiters[("r1", "c1")] = fut
+    client._on_verdict(b"r1", verdict("v3", "block", tool_call_id="c1"))
+    assert fut.result().verdict_id == "v3" and run.state.pending_block is None
+    client._on_verdict(b"r1", verdict("v4", "block", tool_call_id="c0"))  # an executed call's block
+    assert run.state.pending_block.verdict_id == "v4"
+    await run.end()  # not started: run_end is not published (counted), the iterator ends
+    assert client.stats.send_errors == 1
+    assert [v.verdict_id async for v in stream] == ["v3", "v4"]
+
+
+async def test_check_answers_from_run_state_and_fails_open_when_closed():
+    client = LoopClient(bootstrap="kafka://127.0.0.1:1")
+    assert client.settings.servers == ["127.0.0.1:1"]
+    run = client.run("a", run_id="r1")
+    client._on_verdict(b"r1", verdict("b", "block", tool_call_id="earlier"))
+    d = await run.check("read", {"p": 1})
+    assert (d.action, d.source, d.message) == ("block", "pending_block", "M b") and not d.proceed
+    assert d.blocked_result()["details"]["reason"] == "M b"
+    d = await run.check("read", {"p": 1})
+    assert (d.action, d.source) == ("allow", "closed") and d.failed_open and d.call.await_decision
+    client._on_verdict(b"r1", verdict("x", "abort", detector="compaction_loop_persisted"))
+    d = await run.check("read", {"p": 2})
+    assert (d.action, d.source) == ("abort", "aborted")
+    s = client.stats
+    assert (s.checks, s.blocked, s.allowed, s.aborted, s.fail_open_error) == (3, 1, 1, 1, 1)
+
+
+def test_settings_from_env():
+    s = ClientSettings.from_env({"LOOPWARDEN_RUNNER_FETCH_WAIT_MS": "5", "LOOPWARDEN_RUNNER_CONTROL_TOPIC": "c"},
+                                check_timeout=0.5)
+    assert (s.fetch_wait_ms, s.control_topic, s.check_timeout, s.linger_ms) == (5, "c", 0.5, 0)
+    assert msgspec.structs.asdict(ClientSettings.from_env({})) == msgspec.structs.asdict(ClientSettings())
