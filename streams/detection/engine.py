@@ -20,7 +20,7 @@ from streams.detection import guard as guards
 from streams.detection.buckets import dedup_key, should_emit
 from streams.detection.detectors import decide
 from streams.detection.history import record_call, record_outcome
-from streams.detection.payloads import call_info, outcome
+from streams.detection.payloads import HASHER
 from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
 from streams.detection.tools import normalize_tool_name
 
@@ -38,7 +38,7 @@ class StepResult(NamedTuple):
 
 def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[Detection]:
     tool = normalize_tool_name(event.tool_name)
-    info = call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
+    info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
     sig = info.sig
     detections = NO_DETECTIONS
     if cfg.enabled:
@@ -80,12 +80,12 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> Seque
         state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
         return NO_DETECTIONS
     tool = normalize_tool_name(event.tool_name)
-    info = call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
+    info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
     result = None if event.result is UNSET else bytes(event.result)
     error = None if event.error is UNSET else bytes(event.error)
     if error == b"null":
         error = None
-    result_hash, unknown = outcome(tool, info.mode, result, error)
+    result_hash, unknown = HASHER.outcome(tool, info.mode, result, error)
     if result_hash is None:
         return NO_DETECTIONS
     sig = info.sig

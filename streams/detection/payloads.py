@@ -2,15 +2,15 @@
 
 Decoding a payload into Python objects costs more than everything else the
 engine does for an event, and loops are, by definition, the same bytes again
-and again (a tool result also repeats its call's params). So the signature of
-a call and the outcome hash of a result are pure functions of (tool, bytes)
-and are cached; only payloads up to :data:`CACHEABLE_BYTES` are kept, so the
-cache's memory stays bounded (about CACHE_ENTRIES x CACHEABLE_BYTES at most).
+and again (a tool result also repeats its call's params). The signature of a
+call and the outcome hash of a result are pure functions of (tool, mode,
+bytes), so they are memoized. Only payloads up to :data:`CACHEABLE_BYTES` are
+kept and each memo holds at most :data:`CACHE_ENTRIES`, so memory stays
+bounded (3 x 8192 x 2 KiB at the very worst).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 import msgspec
@@ -21,8 +21,8 @@ from streams.detection.canonical import digest_decoded
 from streams.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
 from streams.detection.tools import is_known_poll
 
-CACHEABLE_BYTES = 4096
-CACHE_ENTRIES = 16384
+CACHEABLE_BYTES = 2048
+CACHE_ENTRIES = 8192
 
 _decoder = msgspec.json.Decoder(float_hook=js_float)
 
@@ -40,45 +40,72 @@ class CallInfo(NamedTuple):
     mode: str  # how its result is hashed (hashing.result_mode)
 
 
-def _call_info(tool: str, raw: bytes) -> CallInfo:
+def call_info(tool: str, raw: bytes) -> CallInfo:
     params = _decoder.decode(raw)
     return CallInfo(args_hash(tool, params), is_known_poll(tool, params), result_mode(tool, params))
-
-
-def _result_hash(tool: str, mode: str, raw: bytes) -> str | None:
-    return result_hash(tool, mode, _decoder.decode(raw))
-
-
-def _error_outcome(raw: bytes) -> tuple[str, str | None]:
-    text = error_text(_decoder.decode(raw))
-    return "error:" + digest_decoded(text), unknown_tool_name(text)
-
-
-_cached_call_info = lru_cache(maxsize=CACHE_ENTRIES)(_call_info)
-_cached_result_hash = lru_cache(maxsize=CACHE_ENTRIES)(_result_hash)
-_cached_error_outcome = lru_cache(maxsize=CACHE_ENTRIES)(_error_outcome)
-
-
-def call_info(tool: str, raw: bytes) -> CallInfo:
-    if len(raw) <= CACHEABLE_BYTES:
-        return _cached_call_info(tool, raw)
-    return _call_info(tool, raw)
 
 
 def outcome(tool: str, mode: str, result: bytes | None, error: bytes | None) -> tuple[str | None, str | None]:
     """(resultHash, unknownToolName) per §4.1-§4.9; (None, None) when nothing is recorded."""
     if error is not None:
-        return _cached_error_outcome(error) if len(error) <= CACHEABLE_BYTES else _error_outcome(error)
+        text = error_text(_decoder.decode(error))
+        return "error:" + digest_decoded(text), unknown_tool_name(text)
     if result is None:
         return None, None
-    tool = tool if tool == "exec" else ""  # result_hash reads the tool only for exec
-    if len(result) <= CACHEABLE_BYTES:
-        return _cached_result_hash(tool, mode, result), None
-    return _result_hash(tool, mode, result), None
+    return result_hash(tool, mode, _decoder.decode(result)), None
 
 
-def clear_caches() -> None:
-    """Forget memoized hashes (benchmarks start cold)."""
-    _cached_call_info.cache_clear()
-    _cached_result_hash.cache_clear()
-    _cached_error_outcome.cache_clear()
+class Memo:
+    """A bounded memo, emptied wholesale when full.
+
+    Cheaper per hit and per miss than an LRU's bookkeeping; a loop that is
+    still going re-fills its entry on its next repeat.
+    """
+
+    __slots__ = ("entries", "limit")
+
+    def __init__(self, limit: int = CACHE_ENTRIES) -> None:
+        self.entries: dict[Any, Any] = {}
+        self.limit = limit
+
+    def put(self, key: Any, size: int, value: Any) -> Any:
+        if size <= CACHEABLE_BYTES:
+            if len(self.entries) >= self.limit:
+                self.entries.clear()
+            self.entries[key] = value
+        return value
+
+
+class PayloadHasher:
+    """:func:`call_info` and :func:`outcome`, memoized on the payload bytes."""
+
+    __slots__ = ("calls", "results", "errors")
+
+    def __init__(self) -> None:
+        self.calls = Memo()
+        self.results = Memo()
+        self.errors = Memo()
+
+    def call_info(self, tool: str, raw: bytes) -> CallInfo:
+        key = (tool, raw)
+        hit = self.calls.entries.get(key)
+        return hit if hit is not None else self.calls.put(key, len(raw), call_info(tool, raw))
+
+    def outcome(self, tool: str, mode: str, result: bytes | None, error: bytes | None) -> tuple[str | None, str | None]:
+        if error is not None:
+            hit = self.errors.entries.get(error)
+            return hit if hit is not None else self.errors.put(error, len(error), outcome(tool, mode, None, error))
+        if result is None:
+            return None, None
+        key = (tool == "exec", mode, result)  # result_hash reads the tool only to spot exec
+        hit = self.results.entries.get(key)
+        return hit if hit is not None else self.results.put(key, len(result), outcome(tool, mode, result, None))
+
+    def clear(self) -> None:
+        """Forget everything (benchmarks start cold)."""
+        for memo in (self.calls, self.results, self.errors):
+            memo.entries.clear()
+
+
+# The process-wide memo the engine uses; pure functions of their keys, so sharing is safe.
+HASHER = PayloadHasher()
