@@ -114,6 +114,16 @@ def pair_key(sig_a: str, sig_b: str) -> str:
 
 def decide(h: History, tool: str, sig: str, known_poll: bool, cfg: ResolvedConfig) -> Finding | None:
     """§8: the first matching row of the decision table, or None."""
+    args = h.args
+    recent = args.count(sig)
+    # Cheap exits first: most calls have no repeats, no unknown-tool failure
+    # just before them and no alternation ending in their signature.
+    if (
+        recent < cfg.warning_threshold
+        and not (args and h.unknowns[-1] and h.tools[-1] == tool)
+        and not (len(args) >= 2 and args[-2] == sig and args[-1] != sig)
+    ):
+        return None
     unknown_count, unknown_name = unknown_tool_streak(h, tool)
     if unknown_count >= cfg.unknown_tool_threshold:
         return Finding(
@@ -123,7 +133,6 @@ def decide(h: History, tool: str, sig: str, known_poll: bool, cfg: ResolvedConfi
             f"unknown-tool:{tool}:{unknown_name}",
             messages.unknown_tool(unknown_name or tool, unknown_count),
         )
-    recent = h.args.count(sig)
     # no-progress <= recent, and every threshold below is >= warning_threshold.
     if recent >= cfg.warning_threshold:
         streak, latest = no_progress_streak(h, sig)

@@ -32,12 +32,15 @@ class History(msgspec.Struct, array_like=True):
     def __len__(self) -> int:
         return len(self.args)
 
-    def append(self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None) -> None:
+    def push(self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None, size: int) -> None:
+        """Append a record, then drop the oldest beyond ``size`` (§6.2; §1.8: the size in force now)."""
         self.tools.append(tool)
         self.args.append(args)
         self.call_ids.append(call_id)
         self.results.append(result)
         self.unknowns.append(unknown)
+        if len(self.args) > size:
+            self.trim(size)
 
     def trim(self, size: int) -> None:
         """Drop the oldest records beyond ``size`` (§6.2, §1.8: the size in force now)."""
