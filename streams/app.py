@@ -1,0 +1,195 @@
+"""The Faust app factory: topics, the run table, the agent, HTTP pages and timers.
+
+Everything is built inside :func:`create_app` from :class:`Settings` (no
+module-level app), so tests and ``loopwarden dev`` can make several.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from schemas.config import FleetConfig
+from streams.configfeed import ConfigFeed
+from streams.metrics import CONTENT_TYPE_LATEST, Metrics
+from streams.processor import RunProcessor
+from streams.runtable import RunTable
+from streams.settings import Settings
+from streams.transport import Transport
+
+
+TABLE_NAME = "runs"
+
+
+class LoopwardenApp(faust.App):
+    """A Faust app on our transport (our fetch wait, corrected end offsets)."""
+
+    fetch_wait_ms: int = 10
+    correct_end_offsets: bool = True
+
+    def _new_transport(self) -> Any:
+        return Transport(self.conf.broker_consumer, self)
+
+    def _new_producer_transport(self) -> Any:
+        return Transport(self.conf.broker_producer, self)
+
+
+@dataclass
+class Runtime:
+    """What the agent, pages and timers of one app share."""
+
+    settings: Settings
+    metrics: Metrics
+    feed: ConfigFeed
+    table: RunTable
+    processor: RunProcessor
+
+    def assigned(self, app: faust.App) -> set[int]:
+        topic = self.settings.events_topic
+        return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
+
+    def status(self, app: faust.App) -> dict[str, Any]:
+        recovery = app.tables.recovery
+        assigned = self.assigned(app)
+        checks = {
+            "partitions_assigned": bool(assigned),
+            "recovery_done": recovery.completed.is_set() and not recovery.in_recovery,
+            "not_rebalancing": not app.rebalancing,
+            "config_loaded": self.feed.loaded.is_set(),
+        }
+        return {"ready": all(checks.values()), "checks": checks, "partitions": sorted(assigned)}
+
+
+def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:
+    s = settings
+    metrics = Metrics(s.tool_label_set)
+    app = LoopwardenApp(
+        s.app_id,
+        broker=s.brokers,
+        store=s.store,
+        datadir=s.data_dir,
+        autodiscover=False,
+        processing_guarantee=s.processing_guarantee,
+        web_enabled=True,
+        web_bind=s.host,
+        web_host=s.host,
+        web_port=s.port,
+        producer_linger_ms=s.linger_ms,
+        broker_session_timeout=s.session_timeout,
+        broker_heartbeat_interval=s.heartbeat_interval,
+        broker_commit_interval=s.commit_interval,
+        topic_partitions=s.partitions,
+        topic_replication_factor=s.replicas,
+        consumer_auto_offset_reset="earliest",
+        stream_buffer_maxsize=max(4096, 2 * s.batch_max),
+        broker_max_poll_records=s.batch_max,
+        consumer_max_fetch_size=4 * 1024 * 1024,
+    )
+    app.fetch_wait_ms = s.fetch_wait_ms
+    app.correct_end_offsets = s.correct_end_offsets
+
+    events = app.topic(s.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                       value_serializer="raw", partitions=s.partitions)
+    table = app.Table(TABLE_NAME, default=None, key_type=bytes, value_type=bytes,  # bytes = raw serializer
+                      partitions=s.partitions)
+    feed = ConfigFeed(fleet or FleetConfig(), s.bootstrap, s.config_topic, on_update=metrics.config_updates.inc)
+
+    async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:
+        return await app.producer.send(topic, key, value, partition, None, None)
+
+    runtable = RunTable(table, s.events_topic, send)
+    processor = RunProcessor(s, metrics, runtable, send, lambda: feed.fleet)
+    rt = Runtime(s, metrics, feed, runtable, processor)
+
+    @app.agent(events, name="loopwarden.runs")
+    async def runs(stream: Any) -> None:
+        # With the fast path on, the consumer hands this topic's records to process_batch
+        # directly and nothing arrives here; the agent still holds the subscription.
+        await feed.loaded.wait()
+        async for batch in stream.take_events(s.batch_max, within=s.batch_within):
+            await (await processor.process([event.message for event in batch]))  # acked after this
+
+    async def process_batch(messages: list) -> Any:
+        if not feed.loaded.is_set():
+            await feed.loaded.wait()
+        return await processor.process(messages)
+
+    if s.fast_path:
+        app.batch_route = (s.events_topic, process_batch)
+
+    @app.task
+    async def config_feed() -> None:
+        await feed.run()
+
+    @app.timer(1.0)
+    async def health_gauges() -> None:
+        status = rt.status(app)
+        metrics.ready.set(1 if status["ready"] else 0)
+        metrics.assigned_partitions.set(len(status["partitions"]))
+        metrics.consumer_lag.clear()
+        for tp in app.consumer.assignment():
+            if tp.topic != s.events_topic:
+                continue
+            try:
+                high = app.consumer.highwater(tp)
+            except Exception:  # consumer not started or partition just revoked
+                continue
+            seen = processor.positions.get(tp.partition)
+            if high is not None and seen is not None:
+                metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, high - seen - 1))
+
+    @app.timer(s.expire_interval)
+    async def expire_runs() -> None:
+        if app.rebalancing:
+            return
+        async with processor.lock:
+            await processor.expire(rt.assigned(app))
+
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        return web.bytes(metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"ok": True})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        status = rt.status(app)
+        metrics.ready.set(1 if status["ready"] else 0)
+        return web.json(status, status=200 if status["ready"] else 503)
+
+    app.loopwarden = rt  # for tests and the dev view
+    return app, rt
+
+
+async def ensure_topics(settings: Settings) -> list[str]:
+    """Create the four topics of wire.md when missing (config topic compacted); returns those created."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    s = settings
+    wanted = {
+        s.events_topic: (s.partitions, {}),
+        s.control_topic: (s.partitions, {}),
+        s.config_topic: (1, {"cleanup.policy": "compact"}),
+        s.dead_letter_topic: (s.partitions, {}),
+    }
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [NewTopic(name, n, s.replicas, topic_configs=cfg)
+                   for name, (n, cfg) in wanted.items() if name not in existing]
+        created = []
+        for topic in missing:
+            try:
+                await admin.create_topics([topic])
+                created.append(topic.name)
+            except TopicAlreadyExistsError:
+                pass
+        return created
+    finally:
+        await admin.close()

@@ -1,0 +1,60 @@
+"""Screening of raw event bytes and the dead-letter record.
+
+Size is checked before decoding (a huge value never reaches the parser).
+Depth is bounded cheaply: the count of ``[`` and ``{`` bytes is an upper
+bound of the nesting depth; only when that bound exceeds the limit is the
+precise depth computed (strings stripped, brackets walked).
+
+A dead letter's value is :class:`schemas.verdicts.DeadLetter` encoded as
+JSON: ``{"reason", "detail", "topic", "partition", "offset", "raw"}`` with
+``raw`` the original bytes in base64 (msgspec's JSON form of ``bytes``);
+its key is the original message key.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from schemas.events import Event, EventDecodeError, decode_event
+from schemas.verdicts import DeadLetter
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+_encoder = msgspec.json.Encoder()
+
+
+def nesting_depth(raw: bytes) -> int:
+    """Exact max nesting depth of JSON arrays/objects in ``raw`` (strings ignored)."""
+    depth = best = 0
+    for match in _BRACKET.finditer(_STRING.sub(b'""', raw)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            if depth > best:
+                best = depth
+        else:
+            depth -= 1
+    return best
+
+
+def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
+    """Decode ``raw`` into an event or raise :class:`EventDecodeError`.
+
+    Extra reasons beside the decoder's: ``empty`` (null/tombstone value),
+    ``too_large``, ``too_deep``.
+    """
+    if raw is None or not raw:
+        raise EventDecodeError("empty", "message has no value")
+    if len(raw) > max_bytes:
+        raise EventDecodeError("too_large", f"{len(raw)} bytes > limit {max_bytes}")
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        depth = nesting_depth(raw)
+        if depth > max_depth:
+            raise EventDecodeError("too_deep", f"nesting depth {depth} > limit {max_depth}")
+    return decode_event(raw)
+
+
+def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
+    return _encoder.encode(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
+                                      partition=partition, offset=offset, raw=raw or b""))

@@ -1,0 +1,98 @@
+"""Live config overrides from the compacted config topic, on every worker.
+
+Each worker reads the whole topic with its own group-less consumer (a
+consumer group would give each record to one worker only), from the start,
+and folds every record into its :class:`FleetConfig`: key = agent id or
+``*`` (global block), value = a ``loopDetection`` block as JSON/JSON5
+(``{"tools": {"loopDetection": ...}}`` is unwrapped too), null = delete.
+``loaded`` is set once the topic has been read up to the high watermarks
+of the first fetch (Fetch high watermarks are right on Tansu, end offsets
+are not), so processing starts with the overrides already in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from schemas.config import ConfigError, FleetConfig, parse_config_text
+
+log = logging.getLogger(__name__)
+
+
+def block_of(value: bytes | None) -> dict | None:
+    """The override block in a config record, ``None`` to delete; raises ConfigError."""
+    if value is None:
+        return None
+    doc = parse_config_text(value.decode("utf-8"))
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise ConfigError("config record must be a JSON object or null")
+    tools = doc.get("tools")
+    if isinstance(tools, dict) and isinstance(tools.get("loopDetection"), dict):
+        return tools["loopDetection"]
+    return doc
+
+
+class ConfigFeed:
+    def __init__(self, base: FleetConfig, bootstrap: str, topic: str,
+                 on_update: Callable[[], Any] | None = None) -> None:
+        self.fleet = base
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.on_update = on_update
+        self.loaded = asyncio.Event()
+        self.applied = 0
+
+    def apply(self, key: bytes | None, value: bytes | None) -> bool:
+        if key is None:
+            log.warning("config record without key ignored")
+            return False
+        try:
+            block = block_of(value)
+        except (ConfigError, UnicodeDecodeError) as exc:
+            log.warning("config record for %r ignored: %s", key, exc)
+            return False
+        self.fleet = self.fleet.with_override(key.decode("utf-8", "replace"), block)
+        self.applied += 1
+        if self.on_update is not None:
+            self.on_update()
+        return True
+
+    async def run(self) -> None:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                    fetch_max_wait_ms=100, client_id="loopwarden-config")
+        await consumer.start()
+        try:
+            partitions = None
+            while not partitions:
+                partitions = consumer.partitions_for_topic(self.topic)
+                if not partitions:
+                    await consumer.topics()  # refreshes metadata
+                    partitions = consumer.partitions_for_topic(self.topic)
+                    if not partitions:
+                        await asyncio.sleep(0.5)
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            while True:
+                batches = await consumer.getmany(timeout_ms=200, max_records=1000)
+                for records in batches.values():
+                    for record in records:
+                        self.apply(record.key, record.value)
+                if not self.loaded.is_set() and await self._caught_up(consumer, tps):
+                    self.loaded.set()
+        finally:
+            await consumer.stop()
+
+    @staticmethod
+    async def _caught_up(consumer: Any, tps: list) -> bool:
+        for tp in tps:
+            high = consumer.highwater(tp)
+            if high is None or await consumer.position(tp) < high:
+                return False
+        return True

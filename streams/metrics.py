@@ -1,0 +1,61 @@
+"""Prometheus metrics of one worker (names are a contract with deploy/ dashboards and alerts).
+
+Labels stay bounded: event type, detector, level, action, reason, topic and
+partition; tool names are capped to a configured set (else ``other``);
+never a run, session or agent id. Each worker owns a registry, so several
+apps in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+_LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_STEP_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05)
+
+
+class Metrics:
+    def __init__(self, tool_labels: frozenset[str] = frozenset()) -> None:
+        disable_created_metrics()  # no *_created series: they double the scrape for nothing
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.tool_labels = tool_labels
+        self.events = Counter("loopwarden_events", "Events decoded, by type", ["type"], registry=r)
+        self.detections = Counter("loopwarden_detections", "Detections (emitted or not)",
+                                  ["detector", "level", "tool"], registry=r)
+        self.verdicts = Counter("loopwarden_verdicts", "Verdicts published on the control topic",
+                                ["action", "detector"], registry=r)
+        self.dead_letters = Counter("loopwarden_dead_letters", "Messages sent to the dead-letter topic",
+                                    ["reason"], registry=r)
+        self.misrouted = Counter("loopwarden_misrouted_events",
+                                 "Events whose message key is not their run key (still processed)", registry=r)
+        self.duplicates = Counter("loopwarden_duplicate_events",
+                                  "Events dropped as repeats: same event_id in a run, or offset already applied",
+                                  registry=r)
+        self.guard_arms = Counter("loopwarden_guard_arms", "Post-compaction guards armed", registry=r)
+        self.guard_aborts = Counter("loopwarden_guard_aborts", "Runs aborted by the post-compaction guard",
+                                    registry=r)
+        self.step_seconds = Histogram("loopwarden_step_seconds", "Duration of one step() call (sampled: 1 event in 8)",
+                                      buckets=_STEP_BUCKETS, registry=r)
+        self.event_to_verdict = Histogram("loopwarden_event_to_verdict_seconds",
+                                          "From the event's ts to the verdict's delivery",
+                                          buckets=_LATENCY_BUCKETS, registry=r)
+        self.active_runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's partitions",
+                                 registry=r)
+        self.expired_runs = Counter("loopwarden_expired_runs", "Idle runs (or ended-run markers) expired",
+                                    registry=r)
+        self.consumer_lag = Gauge("loopwarden_consumer_lag", "Messages behind the partition's high watermark",
+                                  ["topic", "partition"], registry=r)
+        self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic",
+                                      registry=r)
+        self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
+        self.assigned_partitions = Gauge("loopwarden_assigned_partitions",
+                                         "Input-topic partitions assigned to this worker", registry=r)
+
+    def tool(self, name: str | None) -> str:
+        return name if name in self.tool_labels else "other"
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

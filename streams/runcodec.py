@@ -1,0 +1,47 @@
+"""Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
+
+Key: the JSON array ``[session key, run scope]`` (:func:`schemas.events.state_key`:
+run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` as msgpack: the engine's
+:class:`RunState` plus what the worker needs around it: the last applied
+offset of the source partition (replayed events at or below it are skipped,
+so an event is applied once) and the wall time of the last event (idle
+runs expire). ``state is None`` marks an ended run; the marker stays for
+``ended_ttl`` so a replay of its events after a crash is still skipped.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.events import Event
+from schemas.events import state_key as event_state_key
+from streams.detection import RunState
+
+
+class RunValue(msgspec.Struct, array_like=True):
+    offset: int
+    touched: float
+    state: RunState | None = None
+
+
+_key_encoder = msgspec.json.Encoder()
+_key_decoder = msgspec.json.Decoder(tuple[str, str])
+_value_encoder = msgspec.msgpack.Encoder()
+_value_decoder = msgspec.msgpack.Decoder(RunValue)
+
+
+def state_key(event: Event) -> bytes:
+    """The table key: the same (session key, run scope) replay uses, as JSON bytes."""
+    return _key_encoder.encode(event_state_key(event))
+
+
+def decode_key(raw: bytes) -> tuple[str, str]:
+    return _key_decoder.decode(raw)
+
+
+def encode_value(value: RunValue) -> bytes:
+    return _value_encoder.encode(value)
+
+
+def decode_value(raw: bytes) -> RunValue:
+    return _value_decoder.decode(raw)

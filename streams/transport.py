@@ -1,0 +1,160 @@
+"""Our Kafka transport for Faust: our fetch wait, and end offsets Tansu gets right.
+
+Two fixes over Faust's aiokafka driver (BROKER-NOTES.md §1 and §4):
+
+- Faust hard-codes ``fetch_max_wait_ms=1500``; Tansu sleeps about half of
+  it after each fetch, so event->verdict latency is ~1 s. The consumer
+  here takes the wait from the ``fetch_wait_ms`` setting.
+- Tansu answers ``ListOffsets(LATEST)`` with "first offset of the last
+  record batch + 1", not the log end; changelog recovery that trusts it
+  stops early and silently loses table updates. After asking end offsets
+  we fetch once from ``end - 1`` and take the Fetch response's high
+  watermark when it is larger. On real Kafka the two agree: a no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import Any, Mapping
+
+import aiokafka
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+log = logging.getLogger(__name__)
+
+
+async def corrected_end_offsets(probe: aiokafka.AIOKafkaConsumer, ends: Mapping[Any, int],
+                                timeout: float = 5.0) -> dict[Any, int]:
+    """Raise each end offset to the high watermark of a fetch from ``end - 1``.
+
+    ``probe`` is a started, group-less consumer used only for this.
+    """
+    result = dict(ends)
+    wanted = {tp: end for tp, end in ends.items() if end and end > 0}
+    if not wanted:
+        return result
+    kafka_tps = {tp: aiokafka.TopicPartition(tp.topic, tp.partition) for tp in wanted}
+    probe.assign(list(kafka_tps.values()))
+    for tp, ktp in kafka_tps.items():
+        probe.seek(ktp, wanted[tp] - 1)
+    deadline = time.monotonic() + timeout
+    pending = set(wanted)
+    while pending and time.monotonic() < deadline:
+        await probe.getmany(*[kafka_tps[tp] for tp in pending], timeout_ms=100)
+        for tp in list(pending):
+            high = probe.highwater(kafka_tps[tp])
+            if high is not None:
+                if high > result[tp]:
+                    result[tp] = high
+                pending.discard(tp)
+    probe.assign([])
+    return result
+
+
+class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread with our fetch wait and corrected high waters."""
+
+    _probe: aiokafka.AIOKafkaConsumer | None = None
+
+    def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        # Read by AIOKafkaConsumer.start() when it builds its Fetcher.
+        consumer._fetch_max_wait_ms = int(getattr(self.app, "fetch_wait_ms", 10))
+        return consumer
+
+    async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
+        ends = await super()._highwaters(partitions)
+        if self.consumer.in_transaction or not getattr(self.app, "correct_end_offsets", True):
+            return ends
+        if self._probe is None:
+            servers = [f"{u.host}:{u.port or 9092}" for u in self.transport.url]
+            self._probe = aiokafka.AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                                                    fetch_max_wait_ms=20, client_id="loopwarden-end-probe")
+            await self._probe.start()
+        return await corrected_end_offsets(self._probe, ends)
+
+    async def on_thread_stop(self) -> None:
+        await super().on_thread_stop()
+        if self._probe is not None:
+            await self._probe.stop()
+            self._probe = None
+
+
+class Consumer(faust_aiokafka.Consumer):
+    """Faust's consumer; records of one topic go to a batch handler, not one by one to a stream.
+
+    Faust hands every record to its stream machinery separately (two tasks
+    per record in the fetch loop, a loop turn per event in the stream):
+    about 2.5k events/s here even with an agent that does nothing. When the
+    app sets ``batch_route = (topic, handler)``, each fetch's records of that
+    topic go to ``await handler(messages)`` as one list; the handler returns
+    a future that is done when the batch is durable, and only then are the
+    messages acked, through Faust's own consumer bookkeeping, so offset
+    commits, rebalances (wait for unacked messages) and recovery work as
+    before. Records of other topics (changelogs for standbys) take Faust's
+    normal path.
+    """
+
+    def _new_consumer_thread(self) -> ConsumerThread:
+        return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        route = getattr(self.app, "batch_route", None)
+        if route is None:
+            return await super()._drain_messages(fetcher)
+        topic, handler = route
+        callback = self.callback
+        read_offset = self._read_offset
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        acks_enabled = self.app.topics.acks_enabled_for(topic)
+        while not (consumer_stopped() or fetcher_stopped()):
+            batch: list = []
+            async for tp, message in self.getmany(timeout=1.0):
+                offset = message.offset
+                last = read_offset[tp]
+                if last is not None and offset < last:
+                    continue  # already read (Faust drops these too)
+                if message.topic == topic:
+                    if last is not None and offset - last > 1 and acks_enabled:
+                        await self._add_gap(tp, last + 1, offset)
+                    batch.append(message)
+                else:
+                    await self.wait_first(callback(message), self.suspend_flow.wait())
+                read_offset[tp] = offset
+            if batch:
+                unacked = self._unacked_messages
+                for message in batch:  # Consumer.track_message without its per-message sensor call
+                    unacked.add(message)
+                try:
+                    durable = await handler(batch)
+                except BaseException:
+                    for message in batch:  # not acked: redelivered after a seek or restart
+                        unacked.discard(message)
+                    raise
+                durable.add_done_callback(functools.partial(self._on_batch_durable, batch))
+            await asyncio.sleep(0)
+
+    def _on_batch_durable(self, batch: list, durable: Any) -> None:
+        """Ack a batch once its verdicts and state are durable; a failed batch stops the worker."""
+        if durable.cancelled() or durable.exception() is not None:
+            for message in batch:  # not acked: redelivered after a restart
+                self._unacked_messages.discard(message)
+            if not durable.cancelled():  # cancelled = the worker is stopping anyway
+                log.error("batch failed, stopping: %r", durable.exception())
+                asyncio.ensure_future(self.crash(durable.exception()))
+            return
+        for message in batch:
+            self.ack(message)
+        commit_every = self._commit_every
+        if commit_every is not None and self._n_acked >= commit_every:
+            self._n_acked = 0
+            asyncio.ensure_future(self.commit())
+
+
+class Transport(faust_aiokafka.Transport):
+    Consumer = Consumer

@@ -1,0 +1,65 @@
+"""``loopwarden worker``: run the Faust worker (one process of the consumer group)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from streams.settings import Settings, add_arguments, from_sources
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "worker", help="run the stream worker (Faust) against a Kafka broker",
+        description="Consume agent events, keep run state in a RocksDB table, publish verdicts. "
+                    "Every setting is a flag or a LOOPWARDEN_* environment variable (flag wins).",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = from_sources(args)
+    return run_worker(settings)
+
+
+def run_worker(settings: Settings) -> int:
+    """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
+    import faust
+
+    from schemas.config import ConfigError, load_config
+    from streams.app import create_app, ensure_topics
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        fleet = load_config(settings.config)
+    except ConfigError as exc:
+        print(f"loopwarden worker: {exc}", file=sys.stderr)
+        return 2
+    created = asyncio.run(ensure_topics(settings))
+    if created:
+        logging.getLogger("loopwarden").info("created topics %s", created)
+    app, _rt = create_app(settings, fleet)
+    level = logging.getLevelName(settings.log_level.upper())
+
+    class Worker(faust.Worker):
+        def _setup_logging(self) -> None:
+            super()._setup_logging()
+            # mode leaves the root logger at DEBUG (handlers filter): every client debug call
+            # would build a record. Set the level itself.
+            logging.getLogger().setLevel(level)
+
+    worker = Worker(app, loglevel=settings.log_level.upper(), quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":  # python -m streams.worker ...: the same command without the CLI registry
+    _parser = argparse.ArgumentParser(prog="loopwarden worker")
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))

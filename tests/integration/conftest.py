@@ -1,0 +1,52 @@
+"""Real broker, real worker processes: fixtures of the integration tests.
+
+``tansu`` starts one embedded Tansu for the session (bootstrap string
+``127.0.0.1:PORT``); tests isolate themselves by topic names and app id
+(``names``), not by brokers. ``workers(names, tag, config=..., extra=...)``
+starts ``loopwarden worker`` subprocesses with their own data dir and HTTP
+port, stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+
+from streams.broker import EmbeddedBroker
+
+from .support import Names, WorkerProcess
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterable[str]:
+    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as broker:
+        yield broker.bootstrap
+
+
+@pytest.fixture
+def names(request: pytest.FixtureRequest) -> Names:
+    return Names(re.sub(r"[^a-z]", "", request.node.name.lower())[:12])
+
+
+@pytest.fixture
+def workers(tansu: str, tmp_path: Path) -> Iterable[Any]:
+    started: list[WorkerProcess] = []
+
+    def make(names: Names, tag: str = "w", config: Path | None = None, extra: list[str] | None = None) -> WorkerProcess:
+        w = WorkerProcess(tansu, names, tmp_path / f"data-{tag}", config=config, extra=extra, log_dir=tmp_path)
+        started.append(w)
+        return w.start()
+
+    yield make
+    for w in started:
+        w.stop()

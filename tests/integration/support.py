@@ -1,0 +1,328 @@
+"""Helpers of the integration tests: worker subprocesses, produce/collect, expected verdicts."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+from schemas.config import FleetConfig
+from streams.broker import free_port
+from streams.replay import replay_lines
+
+REPO = Path(__file__).resolve().parents[2]
+_counter = itertools.count()
+
+# Short group timings (BROKER-NOTES §2/§3): Tansu holds joins for session_timeout/2.
+FAST_GROUP = ["--session-timeout", "6", "--heartbeat-interval", "1", "--commit-interval", "0.5"]
+
+
+class Names:
+    """Per-test topic names and app id, so tests share one broker without sharing state."""
+
+    def __init__(self, tag: str) -> None:
+        n = f"{tag}{next(_counter)}-{os.getpid()}"
+        self.app_id = f"lw-{n}"
+        self.events = f"events-{n}"
+        self.control = f"control-{n}"
+        self.config = f"config-{n}"
+        self.dead_letter = f"dead-{n}"
+
+    def args(self) -> list[str]:
+        return ["--app-id", self.app_id, "--events-topic", self.events, "--control-topic", self.control,
+                "--config-topic", self.config, "--dead-letter-topic", self.dead_letter]
+
+
+class WorkerProcess:
+    """``loopwarden worker`` in a subprocess; SIGKILL-able, restartable."""
+
+    def __init__(self, bootstrap: str, names: Names, data_dir: Path, config: Path | None = None,
+                 extra: list[str] | None = None, log_dir: Path | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.names = names
+        self.data_dir = data_dir
+        self.config = config
+        self.extra = extra or []
+        self.log_dir = log_dir or data_dir.parent
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", f"kafka://{self.bootstrap}",
+               "--data-dir", str(self.data_dir), "--port", str(self.port), "--host", "127.0.0.1",
+               "--log-level", "info", *FAST_GROUP, *self.names.args()]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
+        return cmd + self.extra
+
+    def start(self) -> "WorkerProcess":
+        self.port = free_port()
+        self.starts += 1
+        log = open(self.log_dir / f"worker-{self.data_dir.name}-{self.starts}.log", "wb")
+        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        return self
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def wait_ready(self, timeout: float = 90.0) -> dict:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, f"worker exited: {self.proc.returncode}"
+            try:
+                status, body = self.get("/readyz")
+                last = body
+                if status == 200:
+                    return json.loads(body)
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"worker not ready after {timeout}s: {last!r}")
+
+    def metrics(self) -> dict[str, float]:
+        """Samples as ``{'name{labels}': value}`` (labels as printed), plus unlabelled sums by name."""
+        _status, body = self.get("/metrics")
+        out: dict[str, float] = {}
+        for line in body.decode().splitlines():
+            if not line or line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            out[sample] = float(value)
+            name = re.sub(r"\{.*\}", "", sample)
+            if name != sample:
+                out[name] = out.get(name, 0.0) + float(value)
+        return out
+
+    def wait_metric(self, name: str, at_least: float, timeout: float = 60.0) -> float:
+        deadline = time.monotonic() + timeout
+        value = 0.0
+        while time.monotonic() < deadline:
+            try:
+                value = self.metrics().get(name, 0.0)
+            except (OSError, urllib.error.URLError):
+                value = 0.0
+            if value >= at_least:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"{name} stayed at {value} < {at_least} for {timeout}s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def wipe(self) -> None:
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def run_key(event: dict) -> str:
+    run = event.get("run_id")
+    if isinstance(run, str) and run.strip():
+        return run
+    return event.get("session_id") or event["agent_id"]
+
+
+async def produce(bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]]) -> list[tuple[int, int]]:
+    """Send (key, value) pairs in order; return each one's (partition, offset)."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in items]
+        metas = await asyncio.gather(*futures)
+        return [(m.partition, m.offset) for m in metas]
+    finally:
+        await producer.stop()
+
+
+def produce_events(bootstrap: str, topic: str, events: list[dict], ts: bool = True) -> list[tuple[int, int]]:
+    items = []
+    for e in events:
+        if ts:
+            e = {**e, "ts": time.time()}
+        items.append((run_key(e).encode(), json.dumps(e).encode()))
+    return asyncio.run(produce(bootstrap, topic, items))
+
+
+async def _collect(bootstrap: str, topic: str, until: Any, idle: float, timeout: float) -> list:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, fetch_max_wait_ms=50)
+    await consumer.start()
+    records: list = []
+    try:
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            got = [r for recs in batch.values() for r in recs]
+            records += got
+            if got:
+                quiet_since = time.monotonic()
+            if until(records) and time.monotonic() - quiet_since >= idle:
+                break
+        return records
+    finally:
+        await consumer.stop()
+
+
+def collect(bootstrap: str, topic: str, until: Any = lambda records: True, idle: float = 2.0,
+            timeout: float = 60.0) -> list:
+    """Read ``topic`` from the start until ``until(records)`` holds and nothing new came for ``idle`` s."""
+    return asyncio.run(_collect(bootstrap, topic, until, idle, timeout))
+
+
+def expected_verdicts(events: list[dict], positions: list[tuple[int, int]], topic: str,
+                      fleet: FleetConfig) -> dict[str, dict]:
+    """verdict_id -> replay row, for every emitted detection (wire.md: only those are published)."""
+    lines = [json.dumps(e) for e in events]
+    out: dict[str, dict] = {}
+    per_event: dict[int, int] = {}
+    for row in replay_lines(lines, fleet):
+        if not isinstance(row, dict) or not row["emitted"]:
+            continue
+        i = row["event_index"]
+        j = per_event.get(i, 0)
+        per_event[i] = j + 1
+        partition, offset = positions[i]
+        out[f"{topic}:{partition}:{offset}:{j}"] = row
+    return out
+
+
+def decode_verdicts(records: Iterable) -> list[tuple[bytes, dict]]:
+    return [(r.key, json.loads(r.value)) for r in records]
+
+
+def assert_matches(verdict: dict, row: dict) -> None:
+    for field in ("level", "detector", "count", "warning_key", "tool_name", "message", "action",
+                  "agent_id", "session_id", "run_id"):
+        assert verdict.get(field) == row.get(field), (field, verdict, row)
+    assert verdict.get("paired_tool_name") == row.get("paired_tool_name"), (verdict, row)
+
+
+class ThrottledProducer:
+    """Produces events in the background at a bounded rate, so a worker can be killed mid-stream."""
+
+    def __init__(self, bootstrap: str, topic: str, events: list[dict], chunk: int = 50, pause: float = 0.1) -> None:
+        import threading
+
+        self.bootstrap, self.topic, self.events = bootstrap, topic, events
+        self.chunk, self.pause = chunk, pause
+        self.positions: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "ThrottledProducer":
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._produce())
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    async def _produce(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            for i in range(0, len(self.events), self.chunk):
+                futures = []
+                for e in self.events[i:i + self.chunk]:
+                    e = {**e, "ts": time.time()}
+                    futures.append(await producer.send(self.topic, json.dumps(e).encode(), key=run_key(e).encode()))
+                metas = await asyncio.gather(*futures)
+                self.positions += [(m.partition, m.offset) for m in metas]
+                await asyncio.sleep(self.pause)
+        finally:
+            await producer.stop()
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self) -> list[tuple[int, int]]:
+        self.thread.join(120)
+        if self.error is not None:
+            raise self.error
+        assert len(self.positions) == len(self.events)
+        return self.positions
+
+
+def check_against_replay(records: list, expected: dict[str, dict]) -> dict[str, int]:
+    """Every expected verdict arrived, nothing else did, and repeats (same verdict_id) are identical."""
+    seen: dict[str, dict] = {}
+    repeats = 0
+    for _key, verdict in decode_verdicts(records):
+        vid = verdict["verdict_id"]
+        assert vid in expected, f"verdict replay does not predict: {verdict}"
+        assert_matches(verdict, expected[vid])
+        if vid in seen:
+            repeats += 1
+        seen[vid] = verdict
+    missing = set(expected) - set(seen)
+    assert not missing, f"{len(missing)} verdicts missing, e.g. {sorted(missing)[:3]}"
+    return {"verdicts": len(seen), "repeats": repeats}
+
+
+async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await consumer.topics()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        return {p: (await consumer.committed(TopicPartition(topic, p))) or 0 for p in partitions}
+    finally:
+        await consumer.stop()
+
+
+def wait_committed(bootstrap: str, group: str, topic: str, positions: list[tuple[int, int]],
+                   timeout: float = 60.0) -> None:
+    """Wait until the group's committed offsets cover every produced position (the worker is idle)."""
+    ends: dict[int, int] = {}
+    for partition, offset in positions:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    deadline = time.monotonic() + timeout
+    committed: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        committed = asyncio.run(_committed(bootstrap, group, topic))
+        if all(committed.get(p, 0) >= end for p, end in ends.items()):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"committed {committed} never reached {ends}")

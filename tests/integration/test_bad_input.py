@@ -1,0 +1,63 @@
+"""Malformed events go to the dead-letter topic with reason and position; the stream goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+from .support import collect, decode_verdicts, produce
+
+LOOP = {"type": "tool_call", "agent_id": "a1", "session_id": "s1", "run_id": "r1", "tool_name": "read",
+        "params": {"path": "/x"}}
+
+BAD = {
+    "bad_json": b'{"type": "tool_call", "agent_id": ',
+    "wrong_type": json.dumps({**LOOP, "await_decision": "yes"}).encode(),
+    "missing_field": json.dumps({"type": "tool_call", "tool_name": "read"}).encode(),
+    "unknown_type": json.dumps({**LOOP, "type": "tool_dance"}).encode(),
+    "blank_agent_id": json.dumps({**LOOP, "agent_id": "  "}).encode(),
+    "too_large": json.dumps({**LOOP, "params": {"blob": "x" * 5000}}).encode(),
+    "too_deep": json.dumps({**LOOP, "params": json.loads("[" * 40 + "]" * 40)}).encode(),
+}
+
+
+def test_dead_letters_and_the_stream_goes_on(tansu, names, workers, tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
+    worker = workers(names, config=config, extra=["--max-event-bytes", "4096", "--max-depth", "32"])
+    worker.wait_ready()
+
+    good = json.dumps(LOOP).encode()
+    items: list[tuple[bytes | None, bytes | None]] = []
+    for i in range(12):  # a looping run; bad messages between its calls on the same key
+        items.append((b"r1", good))
+        reason = list(BAD)[i % len(BAD)] if i < len(BAD) else None
+        if reason:
+            items.append((b"r1", BAD[reason]))
+    items.append((b"not-the-run-key", json.dumps({**LOOP, "run_id": "r2"}).encode()))  # misrouted
+    positions = asyncio.run(produce(tansu, names.events, items))
+
+    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= len(BAD))
+    assert len(letters) == len(BAD)
+    by_reason = {}
+    for record in letters:
+        letter = json.loads(record.value)
+        assert set(letter) == {"reason", "detail", "topic", "partition", "offset", "raw"}
+        assert record.key == b"r1"
+        assert letter["topic"] == names.events
+        raw = base64.b64decode(letter["raw"])
+        assert (letter["partition"], letter["offset"]) == positions[items.index((b"r1", raw))]
+        by_reason[letter["reason"]] = raw
+    assert by_reason == BAD
+
+    # The run's good events were all processed: its 10th identical call is a warning.
+    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
+    assert [v["detector"] for _k, v in verdicts] == ["generic_repeat"]
+    assert verdicts[0][1]["count"] == 10
+
+    m = worker.metrics()
+    for reason in BAD:
+        assert m[f'loopwarden_dead_letters_total{{reason="{reason}"}}'] == 1
+    assert m["loopwarden_misrouted_events_total"] == 1
+    assert m['loopwarden_events_total{type="tool_call"}'] == 13

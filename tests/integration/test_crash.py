@@ -1,0 +1,91 @@
+"""SIGKILL mid-stream: state comes back from the changelog, verdicts are those replay predicts.
+
+Tansu reports wrong end offsets (BROKER-NOTES §1); without the correction in
+streams/transport.py, recovery stops early and the verdicts after the
+restart drift from replay. Delivery is at-least-once: a verdict may repeat
+(same verdict_id), but none may be missing and no event may count twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from schemas.config import load_config
+from streams.synthetic import fleet_events
+
+from .support import (
+    ThrottledProducer,
+    check_against_replay,
+    collect,
+    expected_verdicts,
+    produce_events,
+    wait_committed,
+)
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 6, "criticalThreshold": 12,
+                                      "globalCircuitBreakerThreshold": 18}}}
+
+
+def _events() -> list[dict]:
+    # Long looping runs: verdicts late in a run depend on state built before the kill.
+    return list(fleet_events(agents=12, runs_per_agent=3, run_length=45, loop_share=0.8, seed=23))
+
+
+def _wait_until_all(tansu, names, expected):
+    return collect(tansu, names.control, timeout=120,
+                   until=lambda records: set(expected) <= {json.loads(r.value)["verdict_id"] for r in records})
+
+
+def test_sigkill_wipe_restart_recovers_from_changelog(tansu, names, workers, tmp_path):
+    config = tmp_path / "loop.json"
+    config.write_text(json.dumps(CONFIG))
+    worker = workers(names, "solo", config=config)
+    worker.wait_ready()
+    events = _events()
+    split = len(events) // 3
+
+    # 1. Kill when idle, all offsets committed: only the changelog holds the state. Tansu's
+    #    wrong end offsets would drop the last changelog batch here (BROKER-NOTES §1).
+    positions = produce_events(tansu, names.events, events[:split])
+    wait_committed(tansu, names.app_id, names.events, positions)
+    worker.kill()
+    worker.wipe()
+    worker.start()
+    worker.wait_ready()
+
+    # 2. Kill mid-stream: replayed events must not count twice, their verdicts must not go missing.
+    producer = ThrottledProducer(tansu, names.events, events[split:]).start()
+    worker.wait_metric("loopwarden_events_total", (len(events) - split) // 3)
+    assert producer.running, "the kill must land mid-stream"
+    worker.kill()
+    worker.wipe()
+    positions += producer.join()
+    worker.start()
+    worker.wait_ready()
+
+    expected = expected_verdicts(events, positions, names.events, load_config(config))
+    stats = check_against_replay(_wait_until_all(tansu, names, expected), expected)
+    assert stats["verdicts"] == len(expected)
+
+
+def test_sigkill_one_of_two_workers_survivor_takes_over(tansu, names, workers, tmp_path):
+    config = tmp_path / "loop.json"
+    config.write_text(json.dumps(CONFIG))
+    first = workers(names, "one", config=config)
+    second = workers(names, "two", config=config)
+    for w in (first, second):
+        w.wait_ready()
+    events = _events()
+    producer = ThrottledProducer(tansu, names.events, events).start()
+
+    # Kill a worker that owns partitions once the stream is well under way.
+    first.wait_metric("loopwarden_events_total", 200)
+    second.wait_metric("loopwarden_events_total", 200)
+    victim, survivor = (first, second)
+    victim.kill()
+    positions = producer.join()
+
+    expected = expected_verdicts(events, positions, names.events, load_config(config))
+    stats = check_against_replay(_wait_until_all(tansu, names, expected), expected)
+    assert stats["verdicts"] == len(expected)
+    survivor.wait_metric("loopwarden_assigned_partitions", 4)

@@ -1,0 +1,75 @@
+"""The worker's control-topic output equals replay's emitted detections, verdict for verdict."""
+
+from __future__ import annotations
+
+import json
+
+from schemas.config import load_config
+from streams.synthetic import fleet_events
+
+from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}},
+          "agents": {"list": [{"id": "agent-0003", "tools": {"loopDetection": {"warningThreshold": 4}}}]}}
+
+
+def _with_gating(events: list[dict]) -> list[dict]:
+    """Every third tool_call waits for a decision (await_decision)."""
+    out, n = [], 0
+    for e in events:
+        if e["type"] == "tool_call":
+            n += 1
+            if n % 3 == 0:
+                e = {**e, "await_decision": True}
+        out.append(e)
+    return out
+
+
+def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
+    config = tmp_path / "loop.json5"
+    config.write_text(json.dumps(CONFIG))
+    worker = workers(names, config=config)
+    worker.wait_ready()
+
+    events = _with_gating(list(fleet_events(agents=12, runs_per_agent=3, run_length=30, loop_share=0.6, seed=11)))
+    positions = produce_events(tansu, names.events, events)
+    expected = expected_verdicts(events, positions, names.events, load_config(config))
+    gated = {f"{names.events}:{p}:{o}" for e, (p, o) in zip(events, positions) if e.get("await_decision")}
+    assert expected and gated
+
+    def done(records):
+        ids = {json.loads(r.value)["verdict_id"] for r in records}
+        return set(expected) <= ids and all(f"{g}:0" in ids for g in gated)
+
+    got = decode_verdicts(collect(tansu, names.control, until=done, timeout=90))
+    by_id: dict[str, dict] = {}
+    for key, verdict in got:
+        assert verdict["type"] == "verdict"
+        assert verdict["verdict_id"] not in by_id, "no repeats without a crash"
+        by_id[verdict["verdict_id"]] = verdict
+        index = positions.index(tuple(int(x) for x in verdict["verdict_id"].split(":")[1:3]))
+        event = events[index]
+        assert key == run_key(event).encode()
+        assert verdict["tool_call_id"] == event.get("tool_call_id")
+        assert isinstance(verdict["event_ts"], float) and verdict["ts"] >= verdict["event_ts"]
+
+    detections = {vid: v for vid, v in by_id.items() if v["action"] != "allow"}
+    assert set(detections) == set(expected)
+    for vid, row in expected.items():
+        assert_matches(detections[vid], row)
+
+    # await_decision: each gated call got a verdict, `allow` exactly when nothing was published for it.
+    for g in gated:
+        assert f"{g}:0" in by_id
+        if f"{g}:0" not in expected:
+            allow = by_id[f"{g}:0"]
+            assert allow["action"] == "allow" and "level" not in allow and "detector" not in allow
+    allows = [v for v in by_id.values() if v["action"] == "allow"]
+    assert {v["verdict_id"].rsplit(":", 1)[0] for v in allows} <= gated
+
+    m = worker.metrics()
+    assert m["loopwarden_events_total"] == len(events)
+    assert m["loopwarden_verdicts_total"] == len(by_id)
+    assert m['loopwarden_verdicts_total{action="allow",detector="none"}'] == len(allows)
+    assert m["loopwarden_ready"] == 1
+    assert m["loopwarden_assigned_partitions"] == 4
