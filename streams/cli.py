@@ -14,6 +14,10 @@ import sys
 COMMANDS = (
     "streams.replay",
     "streams.bench",
+    "streams.worker",
+    "streams.simulate",
+    "streams.dev",
+    "streams.bench_worker",
 )
 
 

@@ -1,0 +1,181 @@
+"""``loopwarden bench-worker``: one worker on Tansu, against the raw-consume ceiling.
+
+Phases, all on one embedded broker in one run:
+
+1. preload N synthetic fleet events into the events topic;
+2. ceiling: a plain aiokafka consumer reads those N messages (no work);
+3. throughput: start one worker (subprocess) and time how fast it drains
+   the backlog, from its ``loopwarden_events_total`` between 10% and 90%;
+4. latency: publish at 50% of that rate (every 5th call gated with
+   ``await_decision``, so it always gets a verdict) and measure
+   event -> verdict as a runner sees it: verdict arrival minus event ``ts``.
+
+Numbers depend on the machine: 2 cores are shared by broker, worker and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench-worker", help="benchmark one worker on the embedded broker",
+                              description="Throughput and event->verdict latency of one worker on Tansu, "
+                                          "next to raw aiokafka consume throughput.")
+    p.add_argument("--events", type=int, default=100_000, help="backlog size for the throughput phase")
+    p.add_argument("--latency-seconds", type=float, default=20.0)
+    p.add_argument("--latency-rate", type=float, default=None, help="events/s (default: 50%% of measured)")
+    p.add_argument("--agents", type=int, default=200)
+    p.add_argument("--json", action="store_true", help="print the result as one JSON line too")
+    p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
+    p.set_defaults(func=main)
+
+
+def _processed(port: int) -> float:
+    """The worker's ``loopwarden_events_total``, summed over types (0 before it serves)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+    except OSError:
+        return 0.0
+    return sum(float(line.rpartition(" ")[2]) for line in lines if line.startswith("loopwarden_events_total{"))
+
+
+async def _raw_consume(bootstrap: str, topic: str, n: int) -> float:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, fetch_max_wait_ms=10, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        got, start = 0, time.perf_counter()
+        while got < n:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            got += sum(len(v) for v in batch.values())
+        return n / (time.perf_counter() - start)
+    finally:
+        await consumer.stop()
+
+
+async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> dict:
+    from aiokafka import AIOKafkaConsumer
+
+    from streams.simulate import SimStats, endless_fleet, publish
+
+    consumer = AIOKafkaConsumer("agent.loop-control", bootstrap_servers=bootstrap, auto_offset_reset="latest",
+                                enable_auto_commit=False, fetch_max_wait_ms=5)
+    await consumer.start()
+    lat: list[float] = []
+    stop = asyncio.Event()
+
+    async def read() -> None:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout_ms=50)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    v = json.loads(r.value)
+                    if v.get("event_ts") and (v.get("run_id") or "").startswith("lat-"):
+                        lat.append(now - v["event_ts"])
+
+    # Generated up front: making synthetic payloads costs more CPU than sending them.
+    source = endless_fleet(agents, 0.3, seed=99, gate_every=5, prefix="lat-")
+    events = [next(source) for _ in range(int(rate * seconds) + 1000)]
+    reader = asyncio.create_task(read())
+    await asyncio.sleep(1.0)
+    stats = SimStats()
+    await publish(bootstrap, "agent.events", iter(events), rate, seconds, stats, linger_ms=1)
+    await asyncio.sleep(2.0)
+    stop.set()
+    await reader
+    await consumer.stop()
+    lat.sort()
+    if not lat:
+        return {"verdicts": 0}
+    pick = lambda q: lat[min(len(lat) - 1, int(len(lat) * q))] * 1000  # noqa: E731
+    return {"rate": rate, "sent": stats.sent, "verdicts": len(lat), "p50_ms": round(pick(0.5), 1),
+            "p90_ms": round(pick(0.9), 1), "p99_ms": round(pick(0.99), 1), "max_ms": round(lat[-1] * 1000, 1)}
+
+
+def main(args: argparse.Namespace) -> int:
+    from streams.broker import EmbeddedBroker, free_port
+    from streams.simulate import endless_fleet, publish
+
+    extra = [a for a in args.worker_args if a != "--"]
+    tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
+    (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG))
+    result: dict = {"events": args.events}
+    with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
+        bootstrap = broker.bootstrap
+        port = free_port()
+        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", broker.url, "--config",
+               str(tmp / "config.json"), "--data-dir", str(tmp / "data"), "--port", str(port),
+               "--session-timeout", "6", "--log-level", "warning", *extra]
+        # Topics first, so the backlog exists before the worker starts.
+        from streams.app import ensure_topics
+        from streams.settings import from_sources
+
+        asyncio.run(ensure_topics(from_sources({"broker": broker.url})))
+        t0 = time.perf_counter()
+        events = endless_fleet(args.agents, 0.3, seed=5)
+        asyncio.run(publish(bootstrap, "agent.events", events, 0, None, count=args.events, linger_ms=20))
+        result["preload_per_s"] = round(args.events / (time.perf_counter() - t0))
+        result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", args.events)))
+
+        log = open(tmp / "worker.log", "wb")
+        worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            lo, hi = 0.1 * args.events, 0.9 * args.events
+            t_lo = t_hi = None
+            n_lo = n_hi = 0.0
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                if worker.poll() is not None:
+                    raise SystemExit(f"worker exited {worker.returncode}; log {tmp / 'worker.log'}")
+                n = _processed(port)
+                now = time.perf_counter()
+                if t_lo is None and n >= lo:
+                    t_lo, n_lo = now, n
+                if n >= hi:
+                    t_hi, n_hi = now, n
+                    break
+                time.sleep(0.05)
+            if t_lo is None or t_hi is None or t_hi <= t_lo:
+                raise SystemExit("worker did not drain the backlog")
+            throughput = (n_hi - n_lo) / (t_hi - t_lo)
+            result["worker_events_per_s"] = round(throughput)
+            result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
+            while _processed(port) < args.events:
+                time.sleep(0.1)
+            rate = args.latency_rate or round(throughput / 2)
+            result["latency"] = asyncio.run(_latency(bootstrap, rate, args.latency_seconds, args.agents))
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+            log.close()
+    lat = result["latency"]
+    print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
+    print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
+          f"(ratio {result['ratio_to_raw']:.3f} of raw)")
+    print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
+          f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
+          f"({lat.get('verdicts')} verdicts)")
+    if args.json:
+        print(json.dumps(result))
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0

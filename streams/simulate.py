@@ -1,0 +1,121 @@
+"""``loopwarden simulate``: publish a synthetic fleet (healthy runs plus each loop kind) at a set rate.
+
+The runs come from :mod:`streams.synthetic` (generic repeat, stuck polling,
+ping-pong, unknown tool, compaction loop, healthy); each event gets ``ts``
+= send time, key = its run key. A new fleet (next seed) starts whenever one
+is used up, so any duration works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import msgspec
+
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass
+class SimStats:
+    sent: int = 0
+    started: float = field(default_factory=time.monotonic)
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+def run_key(event: dict) -> str:
+    run = event.get("run_id")
+    if isinstance(run, str) and run.strip():
+        return run
+    return event.get("session_id") or event["agent_id"]
+
+
+def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 40,
+                  gate_every: int = 0, prefix: str = "") -> Iterator[dict]:
+    """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision."""
+    from streams.synthetic import fleet_events
+
+    calls = 0
+    for round_ in itertools.count():
+        for event in fleet_events(agents=agents, runs_per_agent=2, loop_share=loop_share,
+                                  run_length=run_length, seed=seed + round_):
+            event["run_id"] = f"{prefix}{event['run_id']}.{round_}"
+            if gate_every and event["type"] == "tool_call":
+                calls += 1
+                if calls % gate_every == 0:
+                    event["await_decision"] = True
+            yield event
+
+
+async def publish(bootstrap: str, topic: str, events: Iterator[dict], rate: float, duration: float | None,
+                  stats: SimStats | None = None, count: int | None = None, linger_ms: int = 5) -> SimStats:
+    """Send events at ``rate``/s (0 = as fast as possible) for ``duration`` s or ``count`` events."""
+    from aiokafka import AIOKafkaProducer
+
+    stats = stats or SimStats()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, max_batch_size=256 * 1024)
+    await producer.start()
+    try:
+        start = time.monotonic()
+        tick = 0.01
+        pending: list = []
+        while True:
+            now = time.monotonic()
+            if duration is not None and now - start >= duration:
+                break
+            if count is not None and stats.sent >= count:
+                break
+            due = int((now - start) * rate) + 1 - stats.sent if rate > 0 else 2000
+            if count is not None:
+                due = min(due, count - stats.sent)
+            for _ in range(max(0, due)):
+                event = next(events)
+                event["ts"] = time.time()
+                pending.append(await producer.send(topic, _encode(event), key=run_key(event).encode()))
+                stats.sent += 1
+                kind = event["type"]
+                stats.by_type[kind] = stats.by_type.get(kind, 0) + 1
+            if len(pending) > 5000 or rate > 0:
+                if pending:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            if rate > 0:
+                await asyncio.sleep(tick)
+        if pending:
+            await asyncio.gather(*pending)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return stats
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("simulate", help="publish a synthetic agent fleet to the events topic",
+                              description="Publish healthy runs and every loop kind at a given rate.")
+    p.add_argument("--broker", default="kafka://127.0.0.1:9092", help="Kafka URL (kafka://host:port)")
+    p.add_argument("--topic", default="agent.events")
+    p.add_argument("--agents", type=int, default=50, help="agents per fleet round")
+    p.add_argument("--rate", type=float, default=200.0, help="events per second (0 = as fast as possible)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds to run (0 = until --count or Ctrl-C)")
+    p.add_argument("--count", type=int, default=None, help="stop after this many events")
+    p.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop")
+    p.add_argument("--gate-every", type=int, default=0, help="every Nth tool_call sets await_decision (0 = none)")
+    p.add_argument("--seed", type=int, default=7)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    bootstrap = ",".join(b.split("://", 1)[-1] for b in args.broker.split(","))
+    events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every)
+    duration = args.duration or None
+    try:
+        stats = asyncio.run(publish(bootstrap, args.topic, events, args.rate, duration, count=args.count))
+    except KeyboardInterrupt:
+        return 130
+    elapsed = time.monotonic() - stats.started
+    print(f"sent {stats.sent} events in {elapsed:.1f}s ({stats.sent / max(elapsed, 1e-9):.0f}/s): {stats.by_type}")
+    return 0
