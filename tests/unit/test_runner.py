@@ -114,6 +114,16 @@ async def test_check_answers_from_run_state_and_fails_open_when_closed():
     assert (s.checks, s.blocked, s.allowed, s.aborted, s.fail_open_error) == (3, 1, 1, 1, 1)
 
 
+async def test_verdict_stream_subscribes_when_created():
+    client = LoopClient()
+    run = client.run("a", run_id="r1")
+    stream = run.verdicts()  # nothing awaited yet: verdicts from here on are kept
+    client._on_verdict(b"r1", verdict("v1", "abort"))
+    client.unregister("r1")
+    assert [v.verdict_id async for v in stream] == ["v1"]
+    assert [v async for v in client.verdicts("unknown")] == []
+
+
 def test_settings_from_env():
     s = ClientSettings.from_env({"LOOPWARDEN_RUNNER_FETCH_WAIT_MS": "5", "LOOPWARDEN_RUNNER_CONTROL_TOPIC": "c"},
                                 check_timeout=0.5)

@@ -1,0 +1,355 @@
+"""``loopwarden bench latency``: gate-mode decision round trip on the embedded broker.
+
+Starts Tansu and one ``loopwarden worker`` subprocess, then K simulated
+runners (one :class:`~streams.runner.LoopClient` each, in this process) make
+gated tool calls (``check`` then ``tool_result``, healthy runs of 40 calls
+with distinct params, so every decision is ``allow``). First an open-loop
+ramp finds the sustained decision rate (unless given), then each load level
+runs open-loop at that fraction of it: calls are started on a fixed
+schedule whatever the latency, so queueing shows in the tail.
+
+Every measurement (the ramp, each level) gets a fresh broker and worker:
+Tansu's memory engine slows down as its logs grow. Reported per level:
+achieved decisions/s, round-trip p50/p95/p99/max, fail opens, CPU of the
+worker, broker and runners, and the two hops split by the verdict's ``ts``
+(stamped by the worker when it builds the verdict): runner -> worker
+(produce, broker, worker fetch, batching, step) and worker -> runner
+(verdict produce, broker, listener fetch). One machine, one clock.
+
+Knobs (environment; the CLI keeps ``bench``'s own flags):
+``LOOPWARDEN_BENCH_RUNNERS`` (K, default 4), ``LOOPWARDEN_BENCH_RATE``
+(sustained decisions/s; measured when unset), ``LOOPWARDEN_BENCH_SECONDS``
+(per level, default 10), ``LOOPWARDEN_BENCH_LOADS`` (default
+``0.1,0.5,0.9``), ``LOOPWARDEN_BENCH_RAMP_START`` (first ramp rate, default
+20/s), ``LOOPWARDEN_BENCH_P95_LIMIT_MS`` (ramp "keeps up" bound, default
+200). Client settings come from ``LOOPWARDEN_RUNNER_*``; the worker inherits ``LOOPWARDEN_*`` (e.g.
+``LOOPWARDEN_FETCH_WAIT_MS``, ``LOOPWARDEN_BATCH_WITHIN``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import msgspec
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+RUN_LENGTH = 40
+RUNS_PER_RUNNER = 16
+
+
+class Level(msgspec.Struct, kw_only=True):
+    """One measured load level."""
+
+    load: float | None
+    target_per_s: float | None
+    decisions_per_s: float
+    decisions: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    to_worker_p50_ms: float
+    to_runner_p50_ms: float
+    to_worker_p99_ms: float
+    to_runner_p99_ms: float
+    fail_open: int
+    cpu: dict[str, float] = {}  # % of one core over the level: worker, broker, runners (this process)
+
+
+def _env(name: str, default: Any, kind: type = float) -> Any:
+    value = os.environ.get(f"LOOPWARDEN_BENCH_{name}")
+    return default if value in (None, "") else kind(value)
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
+    return sorted_values[i]
+
+
+class _Worker:
+    """A ``loopwarden worker`` subprocess on its own topics, HTTP port and data dir."""
+
+    def __init__(self, bootstrap: str, tmp: Path, names: dict[str, str]) -> None:
+        from streams.broker import free_port
+
+        self.port = free_port()
+        config = tmp / "loop.json"
+        config.write_text(json.dumps(CONFIG))
+        self.log = tmp / "worker.log"
+        cmd = [sys.executable, "-m", "streams.worker", "--broker", f"kafka://{bootstrap}",
+               "--data-dir", str(tmp / "data"), "--port", str(self.port), "--host", "127.0.0.1",
+               "--config", str(config), "--session-timeout", "6", "--heartbeat-interval", "1",
+               "--app-id", names["app"], "--events-topic", names["events"], "--control-topic", names["control"],
+               "--config-topic", names["config"], "--dead-letter-topic", names["dead"]]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}; see {self.log}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready after {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class _Runner:
+    """One simulated runner: a client and a rotating set of healthy runs."""
+
+    def __init__(self, client: Any, index: int) -> None:
+        self.client = client
+        self.index = index
+        self.calls = itertools.count()
+        self.runs = [self._new_run() for _ in range(RUNS_PER_RUNNER)]
+        self.used = [0] * RUNS_PER_RUNNER
+        self.samples: list[tuple[float, float, float]] = []  # (round trip, to worker, to runner)
+        self.fail_open = 0
+
+    def _new_run(self) -> Any:
+        return self.client.run(f"bench-agent-{self.index}", run_id=f"bench-{uuid.uuid4().hex[:12]}")
+
+    async def one_call(self, record: bool) -> None:
+        n = next(self.calls)
+        slot = n % RUNS_PER_RUNNER
+        run = self.runs[slot]
+        self.used[slot] += 1
+        if self.used[slot] >= RUN_LENGTH:
+            self.runs[slot], self.used[slot] = self._new_run(), 0
+            asyncio.ensure_future(run.end())
+        decision = await run.check("read", {"path": f"src/file_{n}.py", "offset": n % 7})
+        received = time.time()
+        await run.tool_result(decision, result={"content": [{"type": "text", "text": f"body {n}"}]})
+        if not record:
+            return
+        if decision.failed_open or decision.verdict is None:
+            self.fail_open += 1
+            return
+        v = decision.verdict
+        to_worker = (v.ts - decision.call.ts) if v.ts and decision.call.ts else float("nan")
+        to_runner = (received - v.ts) if v.ts else float("nan")
+        self.samples.append((decision.seconds, to_worker, to_runner))
+
+
+class CpuMeter:
+    """CPU seconds of the worker, the broker and this process (the runners) between two marks."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self._start: dict[str, float] = {}
+        self._t0 = 0.0
+
+    def _now(self) -> dict[str, float]:
+        out = {"runners": time.process_time()}
+        for name, pid in self.pids.items():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[name] = (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+            except (OSError, IndexError, ValueError):
+                out[name] = float("nan")
+        return out
+
+    def mark(self) -> None:
+        self._start, self._t0 = self._now(), time.monotonic()
+
+    def percent(self) -> dict[str, float]:
+        wall = max(1e-9, time.monotonic() - self._t0)
+        now = self._now()
+        return {k: round(100 * (now[k] - self._start.get(k, now[k])) / wall, 1) for k in now}
+
+
+def _level(runners: list[_Runner], load: float | None, target: float | None, elapsed: float,
+           cpu: dict[str, float] | None = None) -> Level:
+    samples = [s for r in runners for s in r.samples]
+    ms = lambda xs: sorted(x * 1000 for x in xs if x == x)  # noqa: E731 (drops NaN)
+    rt, tw, tr = ms(s[0] for s in samples), ms(s[1] for s in samples), ms(s[2] for s in samples)
+    r2 = lambda x: round(x, 2)  # noqa: E731
+    return Level(load=load, target_per_s=None if target is None else round(target, 1),
+                 decisions_per_s=round(len(samples) / elapsed, 1), decisions=len(samples),
+                 p50_ms=r2(_pct(rt, 0.5)), p95_ms=r2(_pct(rt, 0.95)), p99_ms=r2(_pct(rt, 0.99)),
+                 max_ms=r2(rt[-1] if rt else float("nan")),
+                 to_worker_p50_ms=r2(_pct(tw, 0.5)), to_runner_p50_ms=r2(_pct(tr, 0.5)),
+                 to_worker_p99_ms=r2(_pct(tw, 0.99)), to_runner_p99_ms=r2(_pct(tr, 0.99)),
+                 fail_open=sum(r.fail_open for r in runners), cpu=cpu or {})
+
+
+def _reset(runners: list[_Runner]) -> None:
+    for r in runners:
+        r.samples.clear()
+        r.fail_open = 0
+
+
+async def _ramp(runners: list[_Runner], start: float, step_seconds: float, p95_limit_ms: float,
+                max_rate: float, meter: CpuMeter) -> tuple[float, list[dict]]:
+    """Open-loop steps of x1.4 from ``start``: the last rate that keeps up is the sustained rate.
+
+    "Keeps up": at least 95% of the target rate achieved, no fail-open, and
+    p95 under ``p95_limit_ms`` (a queue that grows during a step shows there
+    first). A closed loop with many calls in flight would overstate it: its
+    big batches amortise per-request costs that a steady trickle pays.
+    """
+    sustained, steps, rate = 0.0, [], start
+    while rate <= max_rate:
+        _reset(runners)
+        meter.mark()
+        elapsed = await _open_loop(runners, rate, step_seconds)
+        level = _level(runners, None, rate, elapsed, meter.percent())
+        steps.append(msgspec.structs.asdict(level))
+        print(f"ramp {rate:.1f}/s: {level.decisions_per_s}/s p95 {level.p95_ms} ms", file=sys.stderr, flush=True)
+        if level.decisions_per_s < 0.95 * rate or level.fail_open or not level.p95_ms < p95_limit_ms:
+            break
+        sustained = rate
+        rate *= 1.4
+        await asyncio.sleep(0.5)
+    return sustained, steps
+
+
+async def _open_loop(runners: list[_Runner], rate: float, seconds: float) -> float:
+    """Start calls on a fixed schedule (rate/K per runner) regardless of latency; returns elapsed."""
+    per_runner = rate / len(runners)
+    tasks: list[asyncio.Task] = []
+
+    async def schedule(r: _Runner, phase: float) -> None:
+        interval = 1.0 / per_runner
+        t0 = time.monotonic() + phase * interval
+        for i in range(int(seconds * per_runner)):
+            delay = t0 + i * interval - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(r.one_call(True)))
+
+    start = time.monotonic()
+    await asyncio.gather(*(schedule(r, i / len(runners)) for i, r in enumerate(runners)))
+    await asyncio.gather(*tasks)
+    return time.monotonic() - start
+
+
+@contextlib.asynccontextmanager
+async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
+    """A fresh broker, worker and K warmed-up runners.
+
+    Fresh per measurement: Tansu's memory engine gets slower as its logs grow
+    (broker CPU at a fixed 80 produce/s: 16% on an empty log, 28% after 150 k
+    records), so a level measured after a ramp would pay for the ramp's data.
+    """
+    from streams.app import ensure_topics
+    from streams.broker import EmbeddedBroker
+    from streams.runner import ClientSettings, LoopClient
+    from streams.settings import Settings
+
+    tag = uuid.uuid4().hex[:6]
+    names = {"app": f"bench-{tag}", "events": f"bench-events-{tag}", "control": f"bench-control-{tag}",
+             "config": f"bench-config-{tag}", "dead": f"bench-dead-{tag}"}
+    with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:
+        await ensure_topics(Settings(broker=broker.url, events_topic=names["events"],
+                                     control_topic=names["control"], config_topic=names["config"],
+                                     dead_letter_topic=names["dead"]))
+        worker = _Worker(broker.bootstrap, Path(tmp), names)
+        clients: list[Any] = []
+        try:
+            await asyncio.to_thread(worker.wait_ready)
+            settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names["events"],
+                                               control_topic=names["control"])
+            for i in range(k):
+                clients.append(await LoopClient(settings, client_id=f"bench-runner-{i}").start())
+            runners = [_Runner(c, i) for i, c in enumerate(clients)]
+            for _ in range(20):  # warm-up: connections, metadata, worker batches
+                await asyncio.gather(*(r.one_call(False) for r in runners))
+            meter = CpuMeter({"worker": worker.proc.pid, "broker": broker.process.pid})
+            info = {"client": msgspec.structs.asdict(settings),
+                    "client_stats": [c.stats for c in clients]}
+            yield runners, meter, info
+        finally:
+            for c in clients:
+                await c.close()
+            await asyncio.to_thread(worker.stop)
+
+
+async def bench(k: int, rate: float | None, seconds: float, loads: list[float], ramp_start: float,
+                p95_limit_ms: float) -> dict:
+    report: dict[str, Any] = {
+        "runners": k,
+        "worker_env": {n: v for n, v in os.environ.items() if n.startswith("LOOPWARDEN_")
+                       and not n.startswith(("LOOPWARDEN_RUNNER_", "LOOPWARDEN_BENCH_"))},
+    }
+    stats: list[Any] = []
+    if rate is None:
+        async with _stack(k) as (runners, meter, info):
+            rate, steps = await _ramp(runners, ramp_start, 3.0, p95_limit_ms, 20_000, meter)
+            report["ramp"] = steps
+            stats += info["client_stats"]
+        if not rate:
+            raise RuntimeError(f"could not sustain even {ramp_start}/s; see the ramp steps")
+    report["sustained_per_s"] = round(rate, 1)
+    levels = []
+    for load in loads:
+        async with _stack(k) as (runners, meter, info):
+            report["client"] = info["client"]
+            _reset(runners)
+            meter.mark()
+            elapsed = await _open_loop(runners, rate * load, seconds)
+            levels.append(msgspec.structs.asdict(_level(runners, load, rate * load, elapsed, meter.percent())))
+            stats += info["client_stats"]
+    report["levels"] = levels
+    totals: dict[str, int] = {}
+    for st in stats:
+        for name, value in msgspec.structs.asdict(st).items():
+            totals[name] = totals.get(name, 0) + value
+    report["client_stats_total"] = totals
+    return report
+
+
+def table(report: dict) -> str:
+    rows = ["| load | target/s | decisions/s | p50 ms | p95 ms | p99 ms | max ms | runner->worker p50/p99 | "
+            "worker->runner p50/p99 | fail-open | CPU% worker/broker/runners |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lv in [{**st, "load": "ramp"} for st in report.get("ramp", [])] + report["levels"]:
+        cpu = lv.get("cpu") or {}
+        rows.append(f"| {lv['load']} | {lv['target_per_s'] or '-'} | {lv['decisions_per_s']} | {lv['p50_ms']} | "
+                    f"{lv['p95_ms']} | {lv['p99_ms']} | {lv['max_ms']} | {lv['to_worker_p50_ms']}/"
+                    f"{lv['to_worker_p99_ms']} | {lv['to_runner_p50_ms']}/{lv['to_runner_p99_ms']} | "
+                    f"{lv['fail_open']} | {cpu.get('worker')}/{cpu.get('broker')}/{cpu.get('runners')} |")
+    return "\n".join(rows)
+
+
+def run_bench(args: Any) -> int:
+    k = _env("RUNNERS", 4, int)
+    rate = _env("RATE", None, float)
+    seconds = _env("SECONDS", 10.0, float)
+    loads = [float(x) for x in _env("LOADS", "0.1,0.5,0.9", str).split(",") if x.strip()]
+    ramp_start = _env("RAMP_START", 20.0, float)
+    p95_limit = _env("P95_LIMIT_MS", 200.0, float)
+    report = asyncio.run(bench(k, rate, seconds, loads, ramp_start, p95_limit))
+    print(json.dumps(report, indent=2))
+    print(table(report))
+    return 0

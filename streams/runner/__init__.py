@@ -1,0 +1,15 @@
+"""Runner-side client of loopwarden (aiokafka only, no Faust).
+
+``LoopClient`` publishes a run's events and gates its tool calls;
+``blocked_tool_result`` builds the veto a runner returns to the model.
+"""
+
+from streams.runner.client import LoopClient, VerdictStream
+from streams.runner.run import Run
+from streams.runner.results import blocked_tool_result, is_blocked_result
+from streams.runner.settings import ClientSettings
+from streams.runner.state import ClientStats, Decision, RunState
+from streams.runner.wire import RunRef
+
+__all__ = ["ClientSettings", "ClientStats", "Decision", "LoopClient", "Run", "RunRef", "RunState", "VerdictStream",
+           "blocked_tool_result", "is_blocked_result"]

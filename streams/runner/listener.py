@@ -1,0 +1,154 @@
+"""The verdict listener: one group-less consumer on every partition of the control topic.
+
+Why no consumer group: each runner process must see the verdicts of *its*
+runs, and a run's partition is fixed by its key (chosen by the worker's
+producer), not by the runner. A shared group would split partitions across
+runners so most of them would miss their own verdicts; a unique group per
+process would work but costs a group join (Tansu holds joins for
+``session_timeout/2``, BROKER-NOTES.md §2), heartbeats and offset commits
+that a listener starting "from now" never uses. So: ``assign()`` all
+partitions, seek to the end, drop what belongs to unregistered runs.
+Cost: every runner reads every verdict (small JSON records); a very large
+fleet can shard control topics per runner pool.
+
+Starting "at the end" on Tansu may start a few records early (its
+``ListOffsets(LATEST)`` points at the start of the last batch, §1); those
+are old verdicts of runs nobody here registered, so they are dropped.
+The start offsets are resolved before :meth:`start` returns, so a gate
+check published afterwards cannot have its verdict skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from schemas.verdicts import Verdict
+from streams.runner.settings import ClientSettings
+
+log = logging.getLogger(__name__)
+
+# handler(record_key, verdict); called on the event loop, must not block
+Handler = Callable[[bytes | None, Verdict], None]
+
+
+class VerdictListener:
+    def __init__(self, settings: ClientSettings, handler: Handler, on_undecodable: Callable[[], None]) -> None:
+        self.settings = settings
+        self.handler = handler
+        self.on_undecodable = on_undecodable
+        self.ready = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task | None = None
+        self._decoder = msgspec.json.Decoder(Verdict)
+
+    async def start(self) -> None:
+        """Connect and begin listening; waits up to ``start_timeout`` for the topic to exist.
+
+        If it does not exist yet, listening starts in the background when it
+        appears (checks made meanwhile fail open).
+        """
+        s = self.settings
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.servers, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="latest", fetch_max_wait_ms=s.fetch_wait_ms,
+            request_timeout_ms=max(s.request_timeout_ms, 2 * s.fetch_wait_ms + 1000),
+            client_id=f"{s.client_id}-verdicts",
+        )
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ready.wait()), s.start_timeout)
+        except asyncio.TimeoutError:
+            log.warning("control topic %s not available after %.1fs; gate checks fail open until it is",
+                        s.control_topic, s.start_timeout)
+
+    async def _assign(self) -> None:
+        consumer, topic = self._consumer, self.settings.control_topic
+        assert consumer is not None
+        while True:
+            try:
+                cluster = await consumer._client.fetch_all_metadata()  # no public "refresh this topic"
+                partitions = cluster.partitions_for_topic(topic)
+            except Exception as exc:  # broker down or restarting: keep trying, checks fail open meanwhile
+                log.debug("metadata for %s: %r", topic, exc)
+                partitions = None
+            if partitions:
+                break
+            await asyncio.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)  # resolve now, not lazily at the first fetch
+        self.ready.set()
+
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self.ready.is_set():
+            try:
+                await self._assign()
+            except Exception as exc:
+                log.warning("cannot position on %s yet: %r", self.settings.control_topic, exc)
+                await asyncio.sleep(0.5)
+        decode, handler = self._decoder.decode, self.handler
+        backoff = 0.05
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=1000, max_records=2000)
+                backoff = 0.05
+            except Exception as exc:  # never let the listener die: gates would only ever time out
+                log.warning("verdict fetch failed: %r", exc)
+                await asyncio.sleep(backoff)
+                backoff = min(2.0, backoff * 2)
+                continue
+            for records in batches.values():
+                for record in records:
+                    try:
+                        verdict = decode(record.value)
+                    except (msgspec.DecodeError, TypeError):
+                        self.on_undecodable()
+                        continue
+                    handler(record.key, verdict)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._task = None
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await stop_consumer(consumer, self.settings.close_timeout)
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer, timeout: float) -> None:
+    """``consumer.stop()``, bounded, surviving an aiokafka 0.14 shutdown bug.
+
+    With the broker gone, a fetch task sits in its retry back-off;
+    ``Fetcher.close()`` cancels it and re-raises its ``CancelledError``, which
+    aborts ``stop()`` before the client's connections are closed. Finish the
+    job here so a runner can always shut down.
+    """
+    task = asyncio.ensure_future(consumer.stop())
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        log.warning("verdict consumer did not stop within %.1fs", timeout)
+        return
+    if task.cancelled() or task.exception() is not None:
+        fetcher = getattr(consumer, "_fetcher", None)
+        for pending in list(getattr(fetcher, "_pending_tasks", ())):
+            pending.cancel()
+        try:
+            await asyncio.wait_for(consumer._client.close(), timeout)
+        except (asyncio.TimeoutError, KafkaError, OSError):
+            log.warning("verdict consumer connections did not close cleanly")

@@ -1,0 +1,70 @@
+"""A handle on one registered run: its events, its gate, its state and its verdicts.
+
+Thin sugar over :class:`~streams.runner.client.LoopClient` so runner code
+never repeats the run's identity (agent, session, run id) on every call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from msgspec import UNSET
+
+from schemas.events import ToolCall, ToolResult
+from schemas.verdicts import Verdict
+from streams.runner import wire
+from streams.runner.state import Decision, RunState
+
+if TYPE_CHECKING:
+    from streams.runner.client import LoopClient, VerdictCallback, VerdictStream
+
+
+class Run:
+    """One registered run (made by :meth:`LoopClient.run`)."""
+
+    def __init__(self, client: "LoopClient", ref: wire.RunRef) -> None:
+        self.client = client
+        self.ref = ref
+
+    @property
+    def key(self) -> str:
+        return self.ref.key
+
+    @property
+    def state(self) -> RunState:
+        state = self.client.state(self.key)
+        return state if state is not None else RunState()
+
+    @property
+    def aborted(self) -> Verdict | None:
+        return self.state.aborted
+
+    def on_verdict(self, callback: VerdictCallback) -> None:
+        self.client.register(self.key, callback)
+
+    def verdicts(self) -> "VerdictStream":
+        return self.client.verdicts(self.key)
+
+    def call(self, tool_name: str, params: Any = None, tool_call_id: str | None = None) -> ToolCall:
+        """Build (not publish) a ``tool_call`` of this run."""
+        return wire.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id)
+
+    async def check(self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
+                    timeout: float | None = None) -> Decision:
+        return await self.client.check(self.call(tool_name, params, tool_call_id), timeout)
+
+    async def tool_call(self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None) -> ToolCall:
+        return await self.client.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id)
+
+    async def tool_result(self, call: ToolCall | Decision, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
+        if isinstance(call, Decision):
+            call = call.call
+        return await self.client.tool_result(call, result=result, error=error)
+
+    async def compaction_retry(self, reason: str | None = None) -> None:
+        await self.client.compaction_retry(self.ref, reason)
+
+    async def end(self) -> None:
+        """Publish ``run_end`` and stop delivering this run's verdicts."""
+        await self.client.run_end(self.ref)
+        self.client.unregister(self.key)

@@ -1,0 +1,54 @@
+"""Runner-client settings: one msgspec Struct, defaults tuned for gate-mode latency.
+
+Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
+
+- ``linger_ms=0``: a gated call is one record; any linger is pure added
+  round-trip time. aiokafka still batches whatever queues up while a
+  request is in flight, so throughput does not collapse.
+- ``fetch_wait_ms=10``: Tansu sleeps about half the fetch wait after every
+  fetch even with data waiting (BROKER-NOTES.md §4), so this bounds the
+  verdict hop; lower values only burn CPU on empty fetches.
+- ``check_timeout=2.0``: a gate never holds a run longer than this; past it
+  the call is allowed (fail open) and counted.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+ENV_PREFIX = "LOOPWARDEN_RUNNER_"
+
+
+class ClientSettings(msgspec.Struct, kw_only=True):
+    bootstrap: str = "127.0.0.1:9092"
+    events_topic: str = "agent.events"
+    control_topic: str = "agent.loop-control"
+    linger_ms: int = 0
+    fetch_wait_ms: int = 10
+    check_timeout: float = 2.0
+    request_timeout_ms: int = 5000
+    start_timeout: float = 15.0
+    close_timeout: float = 3.0
+    dedup_size: int = 65536
+    client_id: str = "loopwarden-runner"
+
+    @property
+    def servers(self) -> list[str]:
+        """``host:port`` list; a ``kafka://`` scheme is accepted and dropped."""
+        return [b.strip().split("://", 1)[-1] for b in self.bootstrap.split(",") if b.strip()]
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None, **overrides: Any) -> "ClientSettings":
+        """``overrides`` > ``LOOPWARDEN_RUNNER_<FIELD>`` env vars > defaults."""
+        environ = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for field in msgspec.structs.fields(cls):
+            key = ENV_PREFIX + field.name.upper()
+            if overrides.get(field.name) is not None:
+                raw[field.name] = overrides[field.name]
+            elif key in environ:
+                raw[field.name] = environ[key]
+        return msgspec.convert(raw, cls, strict=False)

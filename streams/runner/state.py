@@ -1,0 +1,136 @@
+"""What the client remembers: per-run state, gate decisions, counters, seen verdict ids.
+
+All of it is plain data touched only from the client's event loop, so no
+locks. Memory is bounded: seen ids are an LRU of fixed size, a run's state
+lives until the runner closes the run.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Literal
+
+import msgspec
+
+from schemas.events import ToolCall
+from schemas.verdicts import Verdict
+from streams.runner.results import blocked_tool_result
+
+DecisionAction = Literal["allow", "warn", "block", "abort"]
+DecisionSource = Literal["verdict", "pending_block", "aborted", "timeout", "error", "closed"]
+
+
+class Decision(msgspec.Struct, kw_only=True):
+    """The answer of a gate check.
+
+    ``source`` says where it came from: the worker's ``verdict``; the run's
+    remembered ``pending_block`` or ``aborted`` state (nothing published);
+    or fail-open ``timeout`` / ``error`` / ``closed`` (action ``allow``).
+    """
+
+    action: DecisionAction
+    source: DecisionSource
+    call: ToolCall
+    verdict: Verdict | None = None
+    seconds: float = 0.0
+
+    @property
+    def message(self) -> str | None:
+        return self.verdict.message if self.verdict is not None else None
+
+    @property
+    def proceed(self) -> bool:
+        """Run the tool? True for allow and warn (warnings never stop a call)."""
+        return self.action in ("allow", "warn")
+
+    @property
+    def failed_open(self) -> bool:
+        return self.source in ("timeout", "error", "closed")
+
+    def blocked_result(self) -> dict:
+        """The tool result to give the model instead of running the call (block or abort)."""
+        return blocked_tool_result(self.message or "Tool call blocked by loop detection.")
+
+
+class ClientStats(msgspec.Struct, kw_only=True):
+    """Counters a runner can export; all monotonic."""
+
+    events_sent: int = 0
+    send_errors: int = 0
+    checks: int = 0
+    allowed: int = 0
+    warned: int = 0
+    blocked: int = 0
+    aborted: int = 0
+    fail_open_timeout: int = 0
+    fail_open_error: int = 0
+    verdicts_seen: int = 0
+    verdicts_delivered: int = 0
+    duplicates_dropped: int = 0
+    foreign_dropped: int = 0
+    undecodable: int = 0
+    callback_errors: int = 0
+
+    @property
+    def fail_open(self) -> int:
+        return self.fail_open_timeout + self.fail_open_error
+
+
+class RunState:
+    """What a runner needs to act on one run's verdicts that no gate consumed.
+
+    - ``pending_block``: the last ``block`` verdict for a call that already
+      ran (not gated, or its gate timed out): the run's *next* call is
+      refused with its message, then it is cleared;
+    - ``aborted``: the ``abort`` verdict (``compaction_loop_persisted``): the
+      runner ends the run; every later check answers ``abort``;
+    - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded).
+    """
+
+    __slots__ = ("pending_block", "aborted", "warnings")
+
+    def __init__(self) -> None:
+        self.pending_block: Verdict | None = None
+        self.aborted: Verdict | None = None
+        self.warnings: deque[Verdict] = deque(maxlen=64)
+
+    def apply(self, verdict: Verdict) -> None:
+        if verdict.action == "block":
+            self.pending_block = verdict
+        elif verdict.action == "abort":
+            if self.aborted is None:  # only the first abort of a run matters (§10.4)
+                self.aborted = verdict
+        elif verdict.action == "warn":
+            self.warnings.append(verdict)
+
+    def take_block(self) -> Verdict | None:
+        verdict, self.pending_block = self.pending_block, None
+        return verdict
+
+    def take_warnings(self) -> list[Verdict]:
+        out = list(self.warnings)
+        self.warnings.clear()
+        return out
+
+
+class RecentIds:
+    """A bounded set of verdict ids (LRU): ``seen(id)`` is True for a repeat."""
+
+    __slots__ = ("_ids", "_max")
+
+    def __init__(self, maxsize: int) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._max = max(1, maxsize)
+
+    def seen(self, verdict_id: str) -> bool:
+        ids = self._ids
+        if verdict_id in ids:
+            ids.move_to_end(verdict_id)
+            return True
+        ids[verdict_id] = None
+        if len(ids) > self._max:
+            ids.popitem(last=False)
+        return False
+
+    def __len__(self) -> int:
+        return len(self._ids)

@@ -1,0 +1,80 @@
+"""A toy agent loop on loopwarden's runner client: it gets stuck polling, and is blocked.
+
+Run it end to end on the embedded broker (starts Tansu and a worker, then
+the agent)::
+
+    python tests/examples/toy_agent.py
+
+The "model" here asks for the same ``web_fetch`` again and again because
+the page never changes. Each call is gated (``run.check``): loopwarden
+warns at the 11th identical call and blocks the 13th (thresholds 10/12
+in :data:`CONFIG`); the runner then hands the model the veto result
+instead of running the tool, and the model gives up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+
+
+def fetch(url: str) -> dict:
+    """The tool: a page that never changes."""
+    return {"content": [{"type": "text", "text": f"{url}: status pending"}]}
+
+
+async def toy_agent(client, agent_id: str = "toy", max_turns: int = 30) -> list[tuple[str, str]]:
+    """Drive one run until the model stops or is stopped; returns ``(action, text)`` per turn."""
+    from streams.runner import is_blocked_result
+
+    run = client.run(agent_id=agent_id, session_id=f"{agent_id}-session", run_id=f"run-{uuid.uuid4().hex[:8]}")
+    transcript: list[tuple[str, str]] = []
+    for _turn in range(max_turns):
+        params = {"url": "https://example.test/job/42"}  # the model's next tool call: always the same
+        decision = await run.check("web_fetch", params, timeout=5.0)
+        if decision.action in ("block", "abort"):
+            result = decision.blocked_result()  # the model sees why; the veto is not hashed
+        else:
+            result = fetch(params["url"])
+        await run.tool_result(decision, result=result)
+        transcript.append((decision.action, result["content"][0]["text"]))
+        if decision.action == "warn":
+            transcript.append(("model-sees-warning", decision.message or ""))
+        if is_blocked_result(result):
+            break  # the "model" reads the veto and answers without the tool
+    await run.end()
+    return transcript
+
+
+async def _main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from streams.broker import EmbeddedBroker
+    from streams.runner import LoopClient
+    from tests.integration.support import Names, WorkerProcess  # the tests' worker launcher
+
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
+        config = Path(tmp) / "loop.json"
+        config.write_text(json.dumps(CONFIG))
+        names = Names("toy")
+        worker = WorkerProcess(broker.bootstrap, names, Path(tmp) / "data", config=config)
+        worker.start()
+        try:
+            worker.wait_ready()
+            async with LoopClient(bootstrap=broker.bootstrap, events_topic=names.events,
+                                  control_topic=names.control) as client:
+                for action, text in await toy_agent(client):
+                    print(f"{action:>20}  {text[:110]}")
+                print(json.dumps({k: v for k, v in __import__("msgspec").structs.asdict(client.stats).items() if v}))
+        finally:
+            worker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(_main()))
