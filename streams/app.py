@@ -16,6 +16,7 @@ from streams.configfeed import ConfigFeed
 from streams.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.processor import RunProcessor
 from streams.runtable import RunTable
+from streams.security import faust_credentials, kafka_auth
 from streams.settings import Settings
 from streams.transport import Transport
 
@@ -86,6 +87,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         stream_buffer_maxsize=max(4096, 2 * s.batch_max),
         broker_max_poll_records=s.batch_max,
         consumer_max_fetch_size=4 * 1024 * 1024,
+        broker_credentials=faust_credentials(s),
     )
     app.fetch_wait_ms = s.fetch_wait_ms
     app.correct_end_offsets = s.correct_end_offsets
@@ -94,7 +96,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
                        value_serializer="raw", partitions=s.partitions)
     table = app.Table(TABLE_NAME, default=None, key_type=bytes, value_type=bytes,  # bytes = raw serializer
                       partitions=s.partitions)
-    feed = ConfigFeed(fleet or FleetConfig(), s.bootstrap, s.config_topic, on_update=metrics.config_updates.inc)
+    feed = ConfigFeed(fleet or FleetConfig(), s.bootstrap, s.config_topic, on_update=metrics.config_updates.inc,
+                      client_kwargs=kafka_auth(s))
 
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:
         return await app.producer.send(topic, key, value, partition, None, None)
@@ -177,7 +180,7 @@ async def ensure_topics(settings: Settings) -> list[str]:
         s.config_topic: (1, {"cleanup.policy": "compact"}),
         s.dead_letter_topic: (s.partitions, {}),
     }
-    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin")
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin", **kafka_auth(s))
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -38,8 +38,9 @@ def block_of(value: bytes | None) -> dict | None:
 
 class ConfigFeed:
     def __init__(self, base: FleetConfig, bootstrap: str, topic: str,
-                 on_update: Callable[[], Any] | None = None) -> None:
+                 on_update: Callable[[], Any] | None = None, client_kwargs: dict | None = None) -> None:
         self.fleet = base
+        self.client_kwargs = client_kwargs or {}  # TLS/SASL (streams.security.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
         self.on_update = on_update
@@ -65,7 +66,7 @@ class ConfigFeed:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    fetch_max_wait_ms=100, client_id="loopwarden-config")
+                                    fetch_max_wait_ms=100, client_id="loopwarden-config", **self.client_kwargs)
         await consumer.start()
         try:
             partitions = None

@@ -51,6 +51,13 @@ class Settings(msgspec.Struct, kw_only=True):
     tool_labels: str = DEFAULT_TOOL_LABELS
     log_level: str = "warning"
     correct_end_offsets: bool = True
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
     fast_path: bool = True
 
     @property
@@ -98,6 +105,13 @@ HELP: dict[str, str] = {
     "log_level": "log level (debug, info, warning, error)",
     "fast_path": "hand each fetch's events to the processor as one batch (false: Faust's stream.take_events(), "
                  "~2.5k events/s at most here)",
+    "security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (all Kafka clients of the worker)",
+    "ssl_cafile": "CA bundle that signed the brokers' certificates (default: the system's)",
+    "ssl_certfile": "client certificate for mutual TLS (with ssl_keyfile)",
+    "ssl_keyfile": "client private key for mutual TLS",
+    "sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "sasl_username": "SASL user name",
+    "sasl_password": "SASL password (prefer the environment variable to the flag)",
     "correct_end_offsets": "fix Tansu's wrong end offsets by one fetch from end-1 (a no-op on Kafka; "
                            "false only to demonstrate the bug)",
 }

@@ -29,6 +29,7 @@ from streams.runner.listener import VerdictListener
 from streams.runner.run import Run
 from streams.runner.settings import ClientSettings
 from streams.runner.state import ClientStats, Decision, RecentIds, RunState
+from streams.security import kafka_auth
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class LoopClient:
         s = self.settings
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.servers, linger_ms=s.linger_ms, acks=1, enable_idempotence=False,
-            request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events",
+            request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events", **kafka_auth(s),
         )
         await self._producer.start()
         self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable)

@@ -26,6 +26,8 @@ from typing import Callable
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from streams.security import kafka_auth
 from aiokafka.errors import KafkaError
 
 from schemas.verdicts import Verdict
@@ -58,7 +60,7 @@ class VerdictListener:
             bootstrap_servers=s.servers, group_id=None, enable_auto_commit=False,
             auto_offset_reset="latest", fetch_max_wait_ms=s.fetch_wait_ms,
             request_timeout_ms=max(s.request_timeout_ms, 2 * s.fetch_wait_ms + 1000),
-            client_id=f"{s.client_id}-verdicts",
+            client_id=f"{s.client_id}-verdicts", **kafka_auth(s),
         )
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")

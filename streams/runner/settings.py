@@ -34,6 +34,13 @@ class ClientSettings(msgspec.Struct, kw_only=True):
     close_timeout: float = 3.0
     dedup_size: int = 65536
     client_id: str = "loopwarden-runner"
+    security_protocol: str = "PLAINTEXT"  # TLS/SASL as for the worker (streams.security)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
 
     @property
     def servers(self) -> list[str]:

@@ -1,0 +1,72 @@
+"""TLS and SASL for every Kafka client loopwarden opens (worker, admin, config feed, runners).
+
+Settings objects carry the same seven fields (``security_protocol``,
+``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``sasl_mechanism``,
+``sasl_username``, ``sasl_password``); this module turns them into aiokafka
+keyword arguments, or into Faust credentials for the worker's app, so all
+clients of one process authenticate the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SecurityError(ValueError):
+    """The security settings contradict each other."""
+
+
+def _protocol(s: Any) -> str:
+    proto = (s.security_protocol or "PLAINTEXT").upper()
+    if proto not in PROTOCOLS:
+        raise SecurityError(f"security_protocol must be one of {', '.join(PROTOCOLS)}, not {proto!r}")
+    if proto.startswith("SASL"):
+        if (s.sasl_mechanism or "").upper() not in MECHANISMS:
+            raise SecurityError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}")
+        if not s.sasl_username or s.sasl_password is None:
+            raise SecurityError(f"{proto} needs sasl_username and sasl_password")
+    if bool(s.ssl_certfile) != bool(s.ssl_keyfile):
+        raise SecurityError("ssl_certfile and ssl_keyfile go together (mutual TLS)")
+    return proto
+
+
+def ssl_context(s: Any):
+    """A client SSL context: the given CA bundle (else the system's), optional client cert."""
+    from aiokafka.helpers import create_ssl_context
+
+    return create_ssl_context(cafile=s.ssl_cafile or None, certfile=s.ssl_certfile or None,
+                              keyfile=s.ssl_keyfile or None)
+
+
+def kafka_auth(s: Any) -> dict[str, Any]:
+    """aiokafka client keyword arguments for these settings (empty for PLAINTEXT)."""
+    proto = _protocol(s)
+    if proto == "PLAINTEXT":
+        return {}
+    kwargs: dict[str, Any] = {"security_protocol": proto}
+    if proto in ("SSL", "SASL_SSL"):
+        kwargs["ssl_context"] = ssl_context(s)
+    if proto.startswith("SASL"):
+        kwargs.update(sasl_mechanism=s.sasl_mechanism.upper(), sasl_plain_username=s.sasl_username,
+                      sasl_plain_password=s.sasl_password)
+    return kwargs
+
+
+def faust_credentials(s: Any):
+    """Faust ``broker_credentials`` for these settings, or None for PLAINTEXT."""
+    proto = _protocol(s)
+    if proto == "PLAINTEXT":
+        return None
+    import faust
+
+    if proto == "SSL":
+        return faust.SSLCredentials(ssl_context(s))
+    return faust.SASLCredentials(
+        username=s.sasl_username,
+        password=s.sasl_password,
+        ssl_context=ssl_context(s) if proto == "SASL_SSL" else None,
+        mechanism=s.sasl_mechanism.upper(),
+    )
