@@ -83,13 +83,16 @@ def run(args) -> int:
         return 2
     encode = msgspec.json.Encoder().encode
     out = sys.stdout.buffer
-    with source:
-        for item in replay_lines(source, config):
-            if isinstance(item, BadLine):
-                print(f"line {item.event_index}: {item.reason}: {item.detail}", file=sys.stderr)
-            else:
-                out.write(encode(item) + b"\n")
-    out.flush()
+    try:
+        with source:
+            for item in replay_lines(source, config):
+                if isinstance(item, BadLine):
+                    print(f"event {item.event_index}: {item.reason}: {item.detail}", file=sys.stderr)
+                else:
+                    out.write(encode(item) + b"\n")
+        out.flush()
+    except BrokenPipeError:  # `loopwarden replay ... | head`: the reader has seen enough
+        sys.stderr.close()
     return 0
 
 
