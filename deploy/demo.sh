@@ -5,10 +5,5 @@
 # embedded broker + worker + simulated fleet + live terminal view.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
+bash deploy/ci/venv.sh
 exec .venv/bin/loopwarden dev "$@"

@@ -11,8 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SecuritySettings(msgspec.Struct, kw_only=True):
+    """The TLS/SASL fields shared by the worker's and the runner's settings."""
+
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
 
 
 class SecurityError(ValueError):

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from streams.security import SecuritySettings
+
 ENV_PREFIX = "LOOPWARDEN_"
 
 DEFAULT_TOOL_LABELS = (
@@ -21,7 +23,7 @@ DEFAULT_TOOL_LABELS = (
 )
 
 
-class Settings(msgspec.Struct, kw_only=True):
+class Settings(SecuritySettings, kw_only=True):
     broker: str = "kafka://127.0.0.1:9092"
     app_id: str = "loopwarden"
     events_topic: str = "agent.events"
@@ -51,13 +53,6 @@ class Settings(msgspec.Struct, kw_only=True):
     tool_labels: str = DEFAULT_TOOL_LABELS
     log_level: str = "warning"
     correct_end_offsets: bool = True
-    security_protocol: str = "PLAINTEXT"
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    sasl_mechanism: str = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: str | None = None
     fast_path: bool = True
 
     @property

@@ -19,10 +19,12 @@ from typing import Any
 
 import msgspec
 
+from streams.security import SecuritySettings
+
 ENV_PREFIX = "LOOPWARDEN_RUNNER_"
 
 
-class ClientSettings(msgspec.Struct, kw_only=True):
+class ClientSettings(SecuritySettings, kw_only=True):
     bootstrap: str = "127.0.0.1:9092"
     events_topic: str = "agent.events"
     control_topic: str = "agent.loop-control"
@@ -34,7 +36,7 @@ class ClientSettings(msgspec.Struct, kw_only=True):
     close_timeout: float = 3.0
     dedup_size: int = 65536
     client_id: str = "loopwarden-runner"
-    security_protocol: str = "PLAINTEXT"  # TLS/SASL as for the worker (streams.security)
+    security_protocol: str = "PLAINTEXT"
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
