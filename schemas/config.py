@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.extensions import DEFAULT_EXTENSIONS, Extensions, overlay_extensions, resolve_extensions
 from schemas.jsvalues import js_trim
 
 DEFAULT_HISTORY_SIZE = 30
@@ -138,12 +139,17 @@ class FleetConfig:
     :meth:`with_override`, so a worker can swap it atomically.
     """
 
-    __slots__ = ("global_block", "agent_blocks", "_cache")
+    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache")
 
-    def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None):
+    def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None,
+                 global_ext: dict | None = None, agent_ext: dict[str, dict | None] | None = None):
         self.global_block = global_block if isinstance(global_block, dict) else None
         self.agent_blocks = {normalize_agent_id(k): v for k, v in (agent_blocks or {}).items()}
+        # The `loopwarden` extension blocks (schemas.extensions), kept apart from OpenClaw's.
+        self.global_ext = global_ext if isinstance(global_ext, dict) else None
+        self.agent_ext = {normalize_agent_id(k): v for k, v in (agent_ext or {}).items() if isinstance(v, dict)}
         self._cache: dict[str, ResolvedConfig] = {}
+        self._ext_cache: dict[str, Extensions] = {}
 
     @classmethod
     def from_document(cls, doc: Any) -> "FleetConfig":
@@ -155,6 +161,7 @@ class FleetConfig:
         tools = doc.get("tools")
         global_block = tools.get("loopDetection") if isinstance(tools, dict) else None
         agents: dict[str, dict | None] = {}
+        ext: dict[str, dict | None] = {}
         agent_section = doc.get("agents")
         entries = agent_section.get("list") if isinstance(agent_section, dict) else None
         for entry in entries if isinstance(entries, list) else ():
@@ -166,7 +173,8 @@ class FleetConfig:
             etools = entry.get("tools")
             block = etools.get("loopDetection") if isinstance(etools, dict) else None
             agents[key] = block if isinstance(block, dict) else None
-        return cls(global_block if isinstance(global_block, dict) else None, agents)
+            ext[key] = entry.get("loopwarden")
+        return cls(global_block if isinstance(global_block, dict) else None, agents, doc.get("loopwarden"), ext)
 
     def resolve(self, agent_id: str) -> ResolvedConfig:
         cached = self._cache.get(agent_id)
@@ -176,17 +184,45 @@ class FleetConfig:
             self._cache[agent_id] = cached
         return cached
 
-    def with_override(self, key: str, block: Any) -> "FleetConfig":
-        """Apply one config-topic record: key ``*`` is the global block; ``None`` deletes."""
+    def extensions(self, agent_id: str) -> Extensions:
+        """The agent's resolved ``loopwarden`` block (all off without one)."""
+        cached = self._ext_cache.get(agent_id)
+        if cached is None:
+            if self.global_ext is None and not self.agent_ext:
+                cached = DEFAULT_EXTENSIONS
+            else:
+                agent = self.agent_ext.get(normalize_agent_id(agent_id))
+                cached = resolve_extensions(overlay_extensions(self.global_ext, agent))[0]
+            self._ext_cache[agent_id] = cached
+        return cached
+
+    def problems(self) -> list[str]:
+        """What in the ``loopwarden`` blocks was ignored, and why."""
+        out = list(resolve_extensions(self.global_ext)[1]) if self.global_ext is not None else []
+        for agent, block in self.agent_ext.items():
+            out += [f"agent {agent}: {p}" for p in resolve_extensions(block)[1]]
+        return out
+
+    def with_override(self, key: str, block: Any, ext: Any = None) -> "FleetConfig":
+        """Apply one config-topic record: key ``*`` is the global block; ``None`` deletes.
+
+        ``ext`` is the record's ``loopwarden`` block; a record without one
+        leaves that agent's (or the global) extension settings as they were.
+        """
         block = block if isinstance(block, dict) else None
+        ext = ext if isinstance(ext, dict) else None
         if key == GLOBAL_KEY:
-            return FleetConfig(block, self.agent_blocks)
+            return FleetConfig(block, self.agent_blocks, ext if ext is not None else self.global_ext, self.agent_ext)
         agents = dict(self.agent_blocks)
+        agent_ext = dict(self.agent_ext)
+        name = normalize_agent_id(key)
         if block is None:
-            agents.pop(normalize_agent_id(key), None)
+            agents.pop(name, None)
         else:
-            agents[normalize_agent_id(key)] = block
-        return FleetConfig(self.global_block, agents)
+            agents[name] = block
+        if ext is not None:
+            agent_ext[name] = ext
+        return FleetConfig(self.global_block, agents, self.global_ext, agent_ext)
 
 
 def parse_config_text(text: str) -> Any:

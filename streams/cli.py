@@ -1,8 +1,9 @@
-"""The ``loopwarden`` command: one sub-command per module.
+"""The ``loopwarden`` command: an explicit table of sub-commands.
 
 Each module in :data:`COMMANDS` exposes ``register(subparsers)`` and imports
-its heavy dependencies (Faust, aiokafka) only inside the function it runs,
-so ``loopwarden replay`` starts without loading either.
+its heavy dependencies (Faust, aiokafka, rich) only inside the function it
+runs, so ``loopwarden replay`` starts without loading them and a runner-only
+install (no worker extra) still has a working ``loopwarden replay``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import importlib
 import sys
 
 COMMANDS = (
-    "streams.replay",
-    "streams.bench",
-    "streams.worker",
-    "streams.simulate",
-    "streams.dev",
-    "streams.bench_worker",
+    ("replay", "streams.replay"),
+    ("worker", "streams.worker.command"),
+    ("simulate", "streams.devtools.simulate"),
+    ("dev", "streams.devtools.dev"),
+    ("bench", "streams.bench.command"),
 )
 
 
@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fleet-wide tool-call loop detection for AI agents (OpenClaw tools.loopDetection).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+    for _name, module in COMMANDS:
+        importlib.import_module(module).register(sub)
     return parser
 
 

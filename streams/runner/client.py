@@ -29,7 +29,7 @@ from streams.runner.listener import VerdictListener
 from streams.runner.run import Run
 from streams.runner.settings import ClientSettings
 from streams.runner.state import ClientStats, Decision, RecentIds, RunState
-from streams.security import kafka_auth
+from streams.kafka.connection import kafka_auth
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Callable
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.security import kafka_auth
+from streams.kafka.connection import kafka_auth
 from aiokafka.errors import KafkaError
 
 from schemas.verdicts import Verdict

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from streams.security import SecuritySettings
+from streams.kafka.connection import SecuritySettings, servers
 
 ENV_PREFIX = "LOOPWARDEN_RUNNER_"
 
@@ -36,18 +36,11 @@ class ClientSettings(SecuritySettings, kw_only=True):
     close_timeout: float = 3.0
     dedup_size: int = 65536
     client_id: str = "loopwarden-runner"
-    security_protocol: str = "PLAINTEXT"
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    sasl_mechanism: str = "PLAIN"
-    sasl_username: str | None = None
-    sasl_password: str | None = None
 
     @property
     def servers(self) -> list[str]:
         """``host:port`` list; a ``kafka://`` scheme is accepted and dropped."""
-        return [b.strip().split("://", 1)[-1] for b in self.bootstrap.split(",") if b.strip()]
+        return servers(self.bootstrap)
 
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides: Any) -> "ClientSettings":

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw
 
-from schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, payload
+from schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, key_for, payload
 from schemas.verdicts import Verdict
 
 
@@ -28,10 +28,8 @@ class RunRef(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def key(self) -> str:
-        """The run key (wire.md): ``run_id`` if non-blank, else ``session_id``, else ``agent_id``."""
-        if self.run_id is not None and self.run_id.strip():
-            return self.run_id
-        return self.session_id if self.session_id else self.agent_id
+        """The run key the worker uses (:func:`schemas.events.key_for`, the one definition)."""
+        return key_for(self.agent_id, self.session_id, self.run_id)
 
 
 def verdict_key(verdict: Verdict, record_key: bytes | None = None) -> str:

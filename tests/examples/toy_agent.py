@@ -54,7 +54,7 @@ async def toy_agent(client, agent_id: str = "toy", max_turns: int = 30) -> list[
 
 async def _main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from streams.broker import EmbeddedBroker
+    from streams.devtools.broker import EmbeddedBroker
     from streams.runner import LoopClient
     from tests.integration.support import Names, WorkerProcess  # the tests' worker launcher
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from streams.broker import EmbeddedBroker
+from streams.devtools.broker import EmbeddedBroker
 
 from .support import Names, WorkerProcess
 

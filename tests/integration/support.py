@@ -6,148 +6,39 @@ import asyncio
 import itertools
 import json
 import os
-import re
-import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
 from schemas.config import FleetConfig
-from streams.broker import free_port
+from schemas.events import key_for
+from streams.devtools import processes as devtools
+from streams.devtools.processes import TopicNames
 from streams.replay import replay_lines
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
 
-# Short group timings (BROKER-NOTES §2/§3): Tansu holds joins for session_timeout/2.
-FAST_GROUP = ["--session-timeout", "6", "--heartbeat-interval", "1", "--commit-interval", "0.5"]
-
-
-class Names:
+class Names(TopicNames):
     """Per-test topic names and app id, so tests share one broker without sharing state."""
 
     def __init__(self, tag: str) -> None:
-        n = f"{tag}{next(_counter)}-{os.getpid()}"
-        self.app_id = f"lw-{n}"
-        self.events = f"events-{n}"
-        self.control = f"control-{n}"
-        self.config = f"config-{n}"
-        self.dead_letter = f"dead-{n}"
-
-    def args(self) -> list[str]:
-        return ["--app-id", self.app_id, "--events-topic", self.events, "--control-topic", self.control,
-                "--config-topic", self.config, "--dead-letter-topic", self.dead_letter]
+        super().__init__(f"{tag}{next(_counter)}-{os.getpid()}")
 
 
-class WorkerProcess:
-    """``loopwarden worker`` in a subprocess; SIGKILL-able, restartable."""
+class WorkerProcess(devtools.WorkerProcess):
+    """A worker of one test: its topics, data dir, logs next to the test's tmp dir."""
 
     def __init__(self, bootstrap: str, names: Names, data_dir: Path, config: Path | None = None,
                  extra: list[str] | None = None, log_dir: Path | None = None) -> None:
+        super().__init__(bootstrap, data_dir, names=names, config=config, extra=extra or [], log_dir=log_dir,
+                         cwd=REPO)
         self.bootstrap = bootstrap
-        self.names = names
-        self.data_dir = data_dir
-        self.config = config
-        self.extra = extra or []
-        self.log_dir = log_dir or data_dir.parent
-        self.port = 0
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", f"kafka://{self.bootstrap}",
-               "--data-dir", str(self.data_dir), "--port", str(self.port), "--host", "127.0.0.1",
-               "--log-level", "info", *FAST_GROUP, *self.names.args()]
-        if self.config is not None:
-            cmd += ["--config", str(self.config)]
-        return cmd + self.extra
-
-    def start(self) -> "WorkerProcess":
-        self.port = free_port()
-        self.starts += 1
-        log = open(self.log_dir / f"worker-{self.data_dir.name}-{self.starts}.log", "wb")
-        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        log.close()
-        return self
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-
-    def wait_ready(self, timeout: float = 90.0) -> dict:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None and self.proc.poll() is None, f"worker exited: {self.proc.returncode}"
-            try:
-                status, body = self.get("/readyz")
-                last = body
-                if status == 200:
-                    return json.loads(body)
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"worker not ready after {timeout}s: {last!r}")
-
-    def metrics(self) -> dict[str, float]:
-        """Samples as ``{'name{labels}': value}`` (labels as printed), plus unlabelled sums by name."""
-        _status, body = self.get("/metrics")
-        out: dict[str, float] = {}
-        for line in body.decode().splitlines():
-            if not line or line.startswith("#"):
-                continue
-            sample, _, value = line.rpartition(" ")
-            out[sample] = float(value)
-            name = re.sub(r"\{.*\}", "", sample)
-            if name != sample:
-                out[name] = out.get(name, 0.0) + float(value)
-        return out
-
-    def wait_metric(self, name: str, at_least: float, timeout: float = 60.0) -> float:
-        deadline = time.monotonic() + timeout
-        value = 0.0
-        while time.monotonic() < deadline:
-            try:
-                value = self.metrics().get(name, 0.0)
-            except (OSError, urllib.error.URLError):
-                value = 0.0
-            if value >= at_least:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"{name} stayed at {value} < {at_least} for {timeout}s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def wipe(self) -> None:
-        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def run_key(event: dict) -> str:
-    run = event.get("run_id")
-    if isinstance(run, str) and run.strip():
-        return run
-    return event.get("session_id") or event["agent_id"]
+    """The Kafka key of an event given as a dict (the one rule, :func:`schemas.events.key_for`)."""
+    return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 
 async def produce(bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]]) -> list[tuple[int, int]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from schemas.config import load_config
-from streams.synthetic import fleet_events
+from streams.devtools.synthetic import fleet_events
 
 from .support import (
     ThrottledProducer,

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas.verdicts import Verdict
-from streams.broker import EmbeddedBroker
+from streams.devtools.broker import EmbeddedBroker
 from streams.runner import LoopClient, blocked_tool_result, is_blocked_result
 
 from .support import Names, WorkerProcess
@@ -181,8 +181,8 @@ async def test_compaction_loop_ends_in_abort(tansu, worker):
 
 
 async def test_fails_open_when_the_broker_stops(tmp_path):
-    from streams.app import ensure_topics
-    from streams.settings import Settings
+    from streams.worker.app import ensure_topics
+    from streams.worker.settings import Settings
 
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from schemas.config import load_config
-from streams.synthetic import fleet_events
+from streams.devtools.synthetic import fleet_events
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 

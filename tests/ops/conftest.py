@@ -56,7 +56,7 @@ def prometheus_bin() -> str:
 @pytest.fixture(scope="session")
 def worker_metric_names() -> set[str]:
     """Every sample name the worker's registry can export (``_total``, ``_bucket`` ... included)."""
-    from streams.metrics import Metrics
+    from streams.worker.metrics import Metrics
 
     names: set[str] = set()
     for family in Metrics().registry.collect():

@@ -245,7 +245,7 @@ def simulate(bootstrap: str, topic: str, log: Path) -> int:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus_bin):
     """Broker + worker + Prometheus, then the paced load; yields when the load is scraped."""
-    from streams.broker import EmbeddedBroker
+    from streams.devtools.broker import EmbeddedBroker
 
     helpers = _integration_support()
     tmp = tmp_path_factory.mktemp("prom-live")

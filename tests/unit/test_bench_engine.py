@@ -1,6 +1,6 @@
 """The engine benchmark runs the worker's decode + step() path (smoke test; no timing asserted)."""
 
-from streams.bench import BENCH_CONFIG, build_trace, drive
+from streams.bench.engine import BENCH_CONFIG, build_trace, drive
 from schemas.config import FleetConfig
 
 

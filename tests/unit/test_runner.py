@@ -129,3 +129,25 @@ def test_settings_from_env():
                                 check_timeout=0.5)
     assert (s.fetch_wait_ms, s.control_topic, s.check_timeout, s.linger_ms) == (5, "c", 0.5, 0)
     assert msgspec.structs.asdict(ClientSettings.from_env({})) == msgspec.structs.asdict(ClientSettings())
+
+
+def test_runner_and_worker_agree_on_the_run_key_for_odd_run_ids():
+    """One rule: a run id blank only to JavaScript (BOM) is no run id on both sides."""
+    from schemas.events import ToolCall, run_key
+    from streams.devtools.simulate import run_key as sim_key
+    from streams.runner.wire import RunRef
+
+    for run_id in ("\ufeff", " r1 ", "\u2028", "", None, "r1"):
+        ref = RunRef(agent_id="a", session_id="s", run_id=run_id)
+        event = ToolCall(agent_id="a", session_id="s", run_id=run_id, tool_name="read")
+        assert ref.key == run_key(event) == sim_key({"agent_id": "a", "session_id": "s", "run_id": run_id})
+
+
+def test_one_bootstrap_parser():
+    from streams.kafka.connection import servers
+    from streams.runner.settings import ClientSettings
+    from streams.worker.settings import Settings
+
+    assert servers("kafka://a:1, b:2,,") == ["a:1", "b:2"]
+    assert ClientSettings(bootstrap="kafka://a:1,b:2").servers == ["a:1", "b:2"]
+    assert Settings(broker="kafka://a:1,kafka://b:2").bootstrap == "a:1,b:2"

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from schemas.events import EventDecodeError, decode_event
-from streams.badinput import dead_letter_value, nesting_depth, screen
-from streams.configfeed import block_of
+from streams.worker.screening import dead_letter_value, nesting_depth, screen
+from streams.worker.configfeed import block_of
 from streams.detection import RunState
-from streams.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
-from streams.settings import Settings, add_arguments, env_name, from_sources
+from streams.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
+from streams.worker.settings import Settings, add_arguments, env_name, from_sources
 
 CALL = {"type": "tool_call", "agent_id": "a", "run_id": " r1 ", "tool_name": "read"}
 
@@ -61,10 +61,11 @@ def test_state_key_and_value_round_trip():
 
 
 def test_config_record_blocks():
-    assert block_of(b'{"enabled": true}') == {"enabled": True}
-    assert block_of(b"{tools: {loopDetection: {warningThreshold: 3}}}") == {"warningThreshold": 3}
-    assert block_of(None) is None
-    assert block_of(b"null") is None
+    assert block_of(b'{"enabled": true}') == ({"enabled": True}, None)
+    assert block_of(b"{tools: {loopDetection: {warningThreshold: 3}}}") == ({"warningThreshold": 3}, None)
+    assert block_of(None) == (None, None)
+    assert block_of(b"null") == (None, None)
+    assert block_of(b'{"loopwarden": {"shadow": true}}') == (None, {"shadow": True})
 
 
 def test_settings_precedence_flag_over_env_over_default():

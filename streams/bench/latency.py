@@ -33,16 +33,16 @@ import contextlib
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import msgspec
+
+from streams.bench.stats import percentile
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 RUN_LENGTH = 40
@@ -71,55 +71,6 @@ class Level(msgspec.Struct, kw_only=True):
 def _env(name: str, default: Any, kind: type = float) -> Any:
     value = os.environ.get(f"LOOPWARDEN_BENCH_{name}")
     return default if value in (None, "") else kind(value)
-
-
-def _pct(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    i = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
-    return sorted_values[i]
-
-
-class _Worker:
-    """A ``loopwarden worker`` subprocess on its own topics, HTTP port and data dir."""
-
-    def __init__(self, bootstrap: str, tmp: Path, names: dict[str, str]) -> None:
-        from streams.broker import free_port
-
-        self.port = free_port()
-        config = tmp / "loop.json"
-        config.write_text(json.dumps(CONFIG))
-        self.log = tmp / "worker.log"
-        cmd = [sys.executable, "-m", "streams.worker", "--broker", f"kafka://{bootstrap}",
-               "--data-dir", str(tmp / "data"), "--port", str(self.port), "--host", "127.0.0.1",
-               "--config", str(config), "--session-timeout", "6", "--heartbeat-interval", "1",
-               "--app-id", names["app"], "--events-topic", names["events"], "--control-topic", names["control"],
-               "--config-topic", names["config"], "--dead-letter-topic", names["dead"]]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {self.proc.returncode}; see {self.log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"worker not ready after {timeout}s")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 class _Runner:
@@ -196,10 +147,10 @@ def _level(runners: list[_Runner], load: float | None, target: float | None, ela
     r2 = lambda x: round(x, 2)  # noqa: E731
     return Level(load=load, target_per_s=None if target is None else round(target, 1),
                  decisions_per_s=round(len(samples) / elapsed, 1), decisions=len(samples),
-                 p50_ms=r2(_pct(rt, 0.5)), p95_ms=r2(_pct(rt, 0.95)), p99_ms=r2(_pct(rt, 0.99)),
+                 p50_ms=r2(percentile(rt, 0.5)), p95_ms=r2(percentile(rt, 0.95)), p99_ms=r2(percentile(rt, 0.99)),
                  max_ms=r2(rt[-1] if rt else float("nan")),
-                 to_worker_p50_ms=r2(_pct(tw, 0.5)), to_runner_p50_ms=r2(_pct(tr, 0.5)),
-                 to_worker_p99_ms=r2(_pct(tw, 0.99)), to_runner_p99_ms=r2(_pct(tr, 0.99)),
+                 to_worker_p50_ms=r2(percentile(tw, 0.5)), to_runner_p50_ms=r2(percentile(tr, 0.5)),
+                 to_worker_p99_ms=r2(percentile(tw, 0.99)), to_runner_p99_ms=r2(percentile(tr, 0.99)),
                  fail_open=sum(r.fail_open for r in runners), cpu=cpu or {})
 
 
@@ -262,30 +213,32 @@ async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
     (broker CPU at a fixed 80 produce/s: 16% on an empty log, 28% after 150 k
     records), so a level measured after a ramp would pay for the ramp's data.
     """
-    from streams.app import ensure_topics
-    from streams.broker import EmbeddedBroker
+    from streams.worker.app import ensure_topics
+    from streams.devtools.broker import EmbeddedBroker
+    from streams.devtools.processes import TopicNames, WorkerProcess
     from streams.runner import ClientSettings, LoopClient
-    from streams.settings import Settings
+    from streams.worker.settings import Settings
 
-    tag = uuid.uuid4().hex[:6]
-    names = {"app": f"bench-{tag}", "events": f"bench-events-{tag}", "control": f"bench-control-{tag}",
-             "config": f"bench-config-{tag}", "dead": f"bench-dead-{tag}"}
+    names = TopicNames(f"bench-{uuid.uuid4().hex[:6]}")
     with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:
-        await ensure_topics(Settings(broker=broker.url, events_topic=names["events"],
-                                     control_topic=names["control"], config_topic=names["config"],
-                                     dead_letter_topic=names["dead"]))
-        worker = _Worker(broker.bootstrap, Path(tmp), names)
+        await ensure_topics(Settings(broker=broker.url, events_topic=names.events,
+                                     control_topic=names.control, config_topic=names.config,
+                                     dead_letter_topic=names.dead_letter))
+        config = Path(tmp) / "loop.json"
+        config.write_text(json.dumps(CONFIG))
+        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config,
+                               log_level="warning").start()
         clients: list[Any] = []
         try:
             await asyncio.to_thread(worker.wait_ready)
-            settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names["events"],
-                                               control_topic=names["control"])
+            settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names.events,
+                                               control_topic=names.control)
             for i in range(k):
                 clients.append(await LoopClient(settings, client_id=f"bench-runner-{i}").start())
             runners = [_Runner(c, i) for i, c in enumerate(clients)]
             for _ in range(20):  # warm-up: connections, metadata, worker batches
                 await asyncio.gather(*(r.one_call(False) for r in runners))
-            meter = CpuMeter({"worker": worker.proc.pid, "broker": broker.process.pid})
+            meter = CpuMeter({"worker": worker.pid, "broker": broker.process.pid})
             info = {"client": msgspec.structs.asdict(settings),
                     "client_stats": [c.stats for c in clients]}
             yield runners, meter, info
@@ -342,14 +295,19 @@ def table(report: dict) -> str:
     return "\n".join(rows)
 
 
-def run_bench(args: Any) -> int:
-    k = _env("RUNNERS", 4, int)
-    rate = _env("RATE", None, float)
-    seconds = _env("SECONDS", 10.0, float)
-    loads = [float(x) for x in _env("LOADS", "0.1,0.5,0.9", str).split(",") if x.strip()]
-    ramp_start = _env("RAMP_START", 20.0, float)
-    p95_limit = _env("P95_LIMIT_MS", 200.0, float)
-    report = asyncio.run(bench(k, rate, seconds, loads, ramp_start, p95_limit))
+def add_arguments(p: Any) -> None:
+    p.add_argument("--runners", type=int, default=_env("RUNNERS", 4, int), help="K runner clients")
+    p.add_argument("--rate", type=float, default=_env("RATE", None, float),
+                   help="sustained decisions/s (default: found by a ramp)")
+    p.add_argument("--seconds", type=float, default=_env("SECONDS", 10.0, float), help="seconds per level")
+    p.add_argument("--loads", default=_env("LOADS", "0.1,0.5,0.9", str), help="load levels, fractions of the rate")
+    p.add_argument("--ramp-start", type=float, default=_env("RAMP_START", 20.0, float))
+    p.add_argument("--p95-limit-ms", type=float, default=_env("P95_LIMIT_MS", 200.0, float))
+
+
+def run(args: Any) -> int:
+    loads = [float(x) for x in str(args.loads).split(",") if x.strip()]
+    report = asyncio.run(bench(args.runners, args.rate, args.seconds, loads, args.ramp_start, args.p95_limit_ms))
     print(json.dumps(report, indent=2))
     print(table(report))
     return 0

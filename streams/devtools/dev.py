@@ -12,13 +12,11 @@ import argparse
 import asyncio
 import collections
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 DEV_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
@@ -41,36 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def _metrics(port: int) -> dict[str, float]:
-    out: dict[str, float] = {}
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            sample, _, value = line.rpartition(" ")
-            name = sample.split("{", 1)[0]
-            out[sample] = float(value)
-            if name != sample:
-                out[name] = out.get(name, 0.0) + float(value)
-    return out
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 class View:
     """State of the live view; :meth:`render` builds the rich renderable."""
 
-    def __init__(self, duration: float, port: int, bootstrap: str) -> None:
-        self.duration, self.port, self.bootstrap = duration, port, bootstrap
+    def __init__(self, duration: float, worker: Any, bootstrap: str) -> None:
+        self.duration, self.worker, self.bootstrap = duration, worker, bootstrap
+        self.port = worker.port
         self.started = time.monotonic()
         self.recent: collections.deque = collections.deque(maxlen=14)
         self.by_kind: collections.Counter = collections.Counter()
@@ -89,7 +63,7 @@ class View:
             self.recent.appendleft(verdict)
 
     def sample(self) -> None:
-        now, m = time.monotonic(), _metrics(self.port)
+        now, m = time.monotonic(), self.worker.metrics()
         if self._last is not None:
             dt = max(now - self._last[0], 1e-6)
             for name in ("loopwarden_events_total", "loopwarden_verdicts_total", "loopwarden_dead_letters_total"):
@@ -154,24 +128,20 @@ async def _watch(bootstrap: str, topic: str, view: View, stop: asyncio.Event) ->
         await consumer.stop()
 
 
-async def _run(args: argparse.Namespace, bootstrap: str, port: int, worker: subprocess.Popen) -> int:
+async def _run(args: argparse.Namespace, bootstrap: str, worker: Any) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from streams.simulate import SimStats, endless_fleet, publish
+    from streams.devtools.simulate import SimStats, endless_fleet, publish
 
     console = Console()
     with console.status("starting worker (joins the consumer group, creates topics)..."):
-        deadline = time.monotonic() + 90
-        while not _ready(port):
-            if worker.poll() is not None:
-                console.print(f"[red]worker exited with {worker.returncode}[/red]")
-                return 1
-            if time.monotonic() > deadline:
-                console.print("[red]worker not ready after 90 s[/red]")
-                return 1
-            await asyncio.sleep(0.2)
-    view = View(args.duration, port, bootstrap)
+        try:
+            await asyncio.to_thread(worker.wait_ready, 90.0)
+        except RuntimeError as exc:
+            console.print(f"[red]{exc}[/red]")
+            return 1
+    view = View(args.duration, worker, bootstrap)
     stats = SimStats()
     stop = asyncio.Event()
     watcher = asyncio.create_task(_watch(bootstrap, "agent.loop-control", view, stop))
@@ -196,7 +166,9 @@ async def _run(args: argparse.Namespace, bootstrap: str, port: int, worker: subp
 
 
 def main(args: argparse.Namespace) -> int:
-    from streams.broker import EmbeddedBroker, die_with_parent, free_port
+    from streams.devtools.broker import EmbeddedBroker
+    from streams.devtools.processes import WorkerProcess
+    from streams.kafka.connection import servers
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-dev-"))
     broker = None
@@ -207,36 +179,24 @@ def main(args: argparse.Namespace) -> int:
         else:
             broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
             url = broker.url
-        bootstrap = url.split("://", 1)[-1]
+        bootstrap = ",".join(servers(url))
         config = args.config
         if config is None:
             config = str(tmp / "loop-detection.json")
             Path(config).write_text(json.dumps(DEV_CONFIG, indent=2))
-        port = args.port or free_port()
-        log = open(tmp / "worker.log", "wb")
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--broker", url, "--config", config,
-             "--data-dir", str(tmp / "data"), "--port", str(port), "--host", "127.0.0.1",
-             "--session-timeout", "6", "--expire-interval", "5", "--log-level", "info"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ},
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+        worker = WorkerProcess(url, tmp / "data", config=config, extra=["--expire-interval", "5"], log_dir=tmp,
+                               port=args.port)
+        worker.start()
         try:
-            code = asyncio.run(_run(args, bootstrap, port, worker))
+            code = asyncio.run(_run(args, bootstrap, worker))
         except KeyboardInterrupt:
             code = 130
         if code != 0:
-            print(f"worker log: {tmp / 'worker.log'}", file=sys.stderr)
+            print(f"worker log: {worker.log_path}", file=sys.stderr)
         return code
     finally:
-        if worker is not None and worker.poll() is None:
-            worker.terminate()
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(5)
+        if worker is not None:
+            worker.stop()
         if broker is not None:
             broker.stop()
         if not args.keep:

@@ -3,8 +3,10 @@
 Each worker reads the whole topic with its own group-less consumer (a
 consumer group would give each record to one worker only), from the start,
 and folds every record into its :class:`FleetConfig`: key = agent id or
-``*`` (global block), value = a ``loopDetection`` block as JSON/JSON5
-(``{"tools": {"loopDetection": ...}}`` is unwrapped too), null = delete.
+``*`` (global block), value = a ``loopDetection`` block as JSON/JSON5, or a
+document-shaped record ``{"tools": {"loopDetection": ...}, "loopwarden": ...}``
+(either part may be absent; a record without ``loopwarden`` leaves the
+extension settings as they were), null = delete.
 ``loaded`` is set once the topic has been read up to the high watermarks
 of the first fetch (Fetch high watermarks are right on Tansu, end offsets
 are not), so processing starts with the overrides already in force.
@@ -21,26 +23,31 @@ from schemas.config import ConfigError, FleetConfig, parse_config_text
 log = logging.getLogger(__name__)
 
 
-def block_of(value: bytes | None) -> dict | None:
-    """The override block in a config record, ``None`` to delete; raises ConfigError."""
+def block_of(value: bytes | None) -> tuple[dict | None, dict | None]:
+    """(``loopDetection`` block, ``loopwarden`` block) of a config record; ``(None, None)`` deletes.
+
+    Raises ConfigError for a record that is not an object or null.
+    """
     if value is None:
-        return None
+        return None, None
     doc = parse_config_text(value.decode("utf-8"))
     if doc is None:
-        return None
+        return None, None
     if not isinstance(doc, dict):
         raise ConfigError("config record must be a JSON object or null")
+    if "tools" not in doc and "loopwarden" not in doc:
+        return doc, None  # a bare loopDetection block
     tools = doc.get("tools")
-    if isinstance(tools, dict) and isinstance(tools.get("loopDetection"), dict):
-        return tools["loopDetection"]
-    return doc
+    block = tools.get("loopDetection") if isinstance(tools, dict) else None
+    ext = doc.get("loopwarden")
+    return (block if isinstance(block, dict) else None), (ext if isinstance(ext, dict) else None)
 
 
 class ConfigFeed:
     def __init__(self, base: FleetConfig, bootstrap: str, topic: str,
                  on_update: Callable[[], Any] | None = None, client_kwargs: dict | None = None) -> None:
         self.fleet = base
-        self.client_kwargs = client_kwargs or {}  # TLS/SASL (streams.security.kafka_auth)
+        self.client_kwargs = client_kwargs or {}  # TLS/SASL (streams.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
         self.on_update = on_update
@@ -52,11 +59,11 @@ class ConfigFeed:
             log.warning("config record without key ignored")
             return False
         try:
-            block = block_of(value)
+            block, ext = block_of(value)
         except (ConfigError, UnicodeDecodeError) as exc:
             log.warning("config record for %r ignored: %s", key, exc)
             return False
-        self.fleet = self.fleet.with_override(key.decode("utf-8", "replace"), block)
+        self.fleet = self.fleet.with_override(key.decode("utf-8", "replace"), block, ext)
         self.applied += 1
         if self.on_update is not None:
             self.on_update()

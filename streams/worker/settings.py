@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from streams.security import SecuritySettings
+from streams.kafka.connection import SecuritySettings, servers
 
 ENV_PREFIX = "LOOPWARDEN_"
 
@@ -62,7 +62,7 @@ class Settings(SecuritySettings, kw_only=True):
     @property
     def bootstrap(self) -> str:
         """``host:port,...`` without the ``kafka://`` scheme, for plain aiokafka clients."""
-        return ",".join(b.split("://", 1)[-1] for b in self.brokers)
+        return ",".join(servers(self.brokers))
 
     @property
     def tool_label_set(self) -> frozenset[str]:

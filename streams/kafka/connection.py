@@ -1,4 +1,6 @@
-"""TLS and SASL for every Kafka client loopwarden opens (worker, admin, config feed, runners).
+"""How every Kafka client of loopwarden connects: bootstrap list, TLS and SASL.
+
+One place for the worker, admin, config feed, end-offset probe and runners.
 
 Settings objects carry the same seven fields (``security_protocol``,
 ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``sasl_mechanism``,
@@ -27,6 +29,12 @@ class SecuritySettings(msgspec.Struct, kw_only=True):
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
     sasl_password: str | None = None
+
+
+def servers(bootstrap: str | list[str]) -> list[str]:
+    """``host:port`` list from ``"a:9092,kafka://b:9092"`` (a ``kafka://`` scheme is accepted and dropped)."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap
+    return [b.strip().split("://", 1)[-1] for b in items if b.strip()]
 
 
 class SecurityError(ValueError):

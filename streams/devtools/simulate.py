@@ -1,6 +1,6 @@
 """``loopwarden simulate``: publish a synthetic fleet (healthy runs plus each loop kind) at a set rate.
 
-The runs come from :mod:`streams.synthetic` (generic repeat, stuck polling,
+The runs come from :mod:`streams.devtools.synthetic` (generic repeat, stuck polling,
 ping-pong, unknown tool, compaction loop, healthy); each event gets ``ts``
 = send time, key = its run key. A new fleet (next seed) starts whenever one
 is used up, so any duration works.
@@ -17,6 +17,9 @@ from typing import Iterator
 
 import msgspec
 
+from schemas.events import key_for
+from streams.kafka.connection import servers
+
 _encode = msgspec.json.Encoder().encode
 
 
@@ -28,16 +31,14 @@ class SimStats:
 
 
 def run_key(event: dict) -> str:
-    run = event.get("run_id")
-    if isinstance(run, str) and run.strip():
-        return run
-    return event.get("session_id") or event["agent_id"]
+    """The Kafka key of an event given as a dict (:func:`schemas.events.key_for`)."""
+    return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 
 def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 40,
                   gate_every: int = 0, prefix: str = "") -> Iterator[dict]:
     """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision."""
-    from streams.synthetic import fleet_events
+    from streams.devtools.synthetic import fleet_events
 
     calls = 0
     for round_ in itertools.count():
@@ -109,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    bootstrap = ",".join(b.split("://", 1)[-1] for b in args.broker.split(","))
+    bootstrap = ",".join(servers(args.broker))
     events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every)
     duration = args.duration or None
     try:

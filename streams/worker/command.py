@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from streams.settings import Settings, add_arguments, from_sources
+from streams.worker.settings import Settings, add_arguments, from_sources
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +30,7 @@ def run_worker(settings: Settings) -> int:
     import faust
 
     from schemas.config import ConfigError, load_config
-    from streams.app import create_app, ensure_topics
+    from streams.worker.app import create_app, ensure_topics
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -59,7 +59,7 @@ def run_worker(settings: Settings) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m streams.worker ...: the same command without the CLI registry
+if __name__ == "__main__":  # python -m streams.worker.command ...: the same command without the CLI registry
     _parser = argparse.ArgumentParser(prog="loopwarden worker")
     add_arguments(_parser)
     sys.exit(main(_parser.parse_args()))

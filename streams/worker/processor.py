@@ -34,12 +34,12 @@ import msgspec
 
 from schemas.events import EVENT_TYPES, EventDecodeError, ToolCall, run_key
 from schemas.verdicts import Verdict
-from streams.badinput import dead_letter_value, screen
+from streams.worker.screening import dead_letter_value, screen
 from streams.detection import step
-from streams.metrics import Metrics
-from streams.runcodec import RunValue, decode_value, encode_value, state_key
-from streams.runtable import RunTable
-from streams.settings import Settings
+from streams.worker.metrics import Metrics
+from streams.worker.runcodec import RunValue, decode_value, encode_value, state_key
+from streams.worker.runtable import RunTable
+from streams.worker.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""``loopwarden bench-worker``: one worker on Tansu, against the raw-consume ceiling.
+"""``loopwarden bench worker``: one worker on Tansu, against the raw-consume ceiling.
 
 Phases, all on one embedded broker in one run:
 
@@ -18,37 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench-worker", help="benchmark one worker on the embedded broker",
-                              description="Throughput and event->verdict latency of one worker on Tansu, "
-                                          "next to raw aiokafka consume throughput.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=100_000, help="backlog size for the throughput phase")
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--latency-rate", type=float, default=None, help="events/s (default: 50%% of measured)")
     p.add_argument("--agents", type=int, default=200)
     p.add_argument("--json", action="store_true", help="print the result as one JSON line too")
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
-    p.set_defaults(func=main)
-
-
-def _processed(port: int) -> float:
-    """The worker's ``loopwarden_events_total``, summed over types (0 before it serves)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            lines = r.read().decode().splitlines()
-    except OSError:
-        return 0.0
-    return sum(float(line.rpartition(" ")[2]) for line in lines if line.startswith("loopwarden_events_total{"))
 
 
 async def _raw_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -70,7 +53,7 @@ async def _raw_consume(bootstrap: str, topic: str, n: int) -> float:
 async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from streams.simulate import SimStats, endless_fleet, publish
+    from streams.devtools.simulate import SimStats, endless_fleet, publish
 
     consumer = AIOKafkaConsumer("agent.loop-control", bootstrap_servers=bootstrap, auto_offset_reset="latest",
                                 enable_auto_commit=False, fetch_max_wait_ms=5)
@@ -102,14 +85,19 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
     lat.sort()
     if not lat:
         return {"verdicts": 0}
-    pick = lambda q: lat[min(len(lat) - 1, int(len(lat) * q))] * 1000  # noqa: E731
+    from streams.bench.stats import percentile
+
+    def pick(q: float) -> float:
+        return percentile(lat, q) * 1000
+
     return {"rate": rate, "sent": stats.sent, "verdicts": len(lat), "p50_ms": round(pick(0.5), 1),
             "p90_ms": round(pick(0.9), 1), "p99_ms": round(pick(0.99), 1), "max_ms": round(lat[-1] * 1000, 1)}
 
 
-def main(args: argparse.Namespace) -> int:
-    from streams.broker import EmbeddedBroker, free_port
-    from streams.simulate import endless_fleet, publish
+def run(args: argparse.Namespace) -> int:
+    from streams.devtools.broker import EmbeddedBroker
+    from streams.devtools.processes import WorkerProcess
+    from streams.devtools.simulate import endless_fleet, publish
 
     extra = [a for a in args.worker_args if a != "--"]
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
@@ -117,13 +105,11 @@ def main(args: argparse.Namespace) -> int:
     result: dict = {"events": args.events}
     with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
         bootstrap = broker.bootstrap
-        port = free_port()
-        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", broker.url, "--config",
-               str(tmp / "config.json"), "--data-dir", str(tmp / "data"), "--port", str(port),
-               "--session-timeout", "6", "--log-level", "warning", *extra]
+        worker = WorkerProcess(broker.url, tmp / "data", config=tmp / "config.json", extra=extra,
+                               log_level="warning")
         # Topics first, so the backlog exists before the worker starts.
-        from streams.app import ensure_topics
-        from streams.settings import from_sources
+        from streams.worker.app import ensure_topics
+        from streams.worker.settings import from_sources
 
         asyncio.run(ensure_topics(from_sources({"broker": broker.url})))
         t0 = time.perf_counter()
@@ -132,17 +118,20 @@ def main(args: argparse.Namespace) -> int:
         result["preload_per_s"] = round(args.events / (time.perf_counter() - t0))
         result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", args.events)))
 
-        log = open(tmp / "worker.log", "wb")
-        worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        worker.start()
+
+        def processed() -> float:
+            return worker.metrics().get("loopwarden_events_total", 0.0)
+
         try:
             lo, hi = 0.1 * args.events, 0.9 * args.events
             t_lo = t_hi = None
             n_lo = n_hi = 0.0
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
-                if worker.poll() is not None:
-                    raise SystemExit(f"worker exited {worker.returncode}; log {tmp / 'worker.log'}")
-                n = _processed(port)
+                if not worker.alive():
+                    raise SystemExit(f"worker exited; log {worker.log_path}")
+                n = processed()
                 now = time.perf_counter()
                 if t_lo is None and n >= lo:
                     t_lo, n_lo = now, n
@@ -155,17 +144,12 @@ def main(args: argparse.Namespace) -> int:
             throughput = (n_hi - n_lo) / (t_hi - t_lo)
             result["worker_events_per_s"] = round(throughput)
             result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
-            while _processed(port) < args.events:
+            while processed() < args.events:
                 time.sleep(0.1)
             rate = args.latency_rate or round(throughput / 2)
             result["latency"] = asyncio.run(_latency(bootstrap, rate, args.latency_seconds, args.agents))
         finally:
-            worker.terminate()
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-            log.close()
+            worker.stop()
     lat = result["latency"]
     print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
     print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "

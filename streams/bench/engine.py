@@ -1,6 +1,6 @@
 """``loopwarden bench engine``: events/second through decode + ``step()`` on one core.
 
-Drives a realistic mixed fleet trace (:mod:`streams.synthetic`: healthy runs
+Drives a realistic mixed fleet trace (:mod:`streams.devtools.synthetic`: healthy runs
 with varied params and text results, plus every loop kind, runs interleaved)
 through exactly the worker's per-event path: msgspec decode of the raw bytes,
 per-run state lookup, ``step()``. The payload caches start cold. The trace is
@@ -22,7 +22,7 @@ BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
 def build_trace(events: int, seed: int) -> list[bytes]:
-    from streams.synthetic import fleet_events
+    from streams.devtools.synthetic import fleet_events
 
     encode = msgspec.json.encode
     # A run is ~81 events with the default run length of 40 (blocked loops are shorter).
@@ -121,24 +121,17 @@ def bench_engine(events: int, seed: int, repeat: int, profile: bool) -> dict:
     return report
 
 
-def run(args) -> int:
-    if args.target == "engine":
-        report = bench_engine(args.events, args.seed, args.repeat, args.profile)
-        profile = report.pop("profile", None)
-        print(msgspec.json.format(msgspec.json.encode(report)).decode())
-        if profile:
-            print(profile)
-        return 0
-    from importlib import import_module
-
-    return import_module(f"streams.bench_{args.target}").run_bench(args)
-
-
-def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks (engine: decode + step() on one core)")
-    p.add_argument("target", choices=["engine", "worker", "latency"], help="what to measure")
-    p.add_argument("--events", type=int, default=200_000, help="trace length (engine)")
+def add_arguments(p) -> None:
+    p.add_argument("--events", type=int, default=200_000, help="trace length")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
     p.add_argument("--profile", action="store_true", help="also print a pyinstrument profile")
-    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    report = bench_engine(args.events, args.seed, args.repeat, args.profile)
+    profile = report.pop("profile", None)
+    print(msgspec.json.format(msgspec.json.encode(report)).decode())
+    if profile:
+        print(profile)
+    return 0

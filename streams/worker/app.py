@@ -12,13 +12,13 @@ from typing import Any
 import faust
 
 from schemas.config import FleetConfig
-from streams.configfeed import ConfigFeed
-from streams.metrics import CONTENT_TYPE_LATEST, Metrics
-from streams.processor import RunProcessor
-from streams.runtable import RunTable
-from streams.security import faust_credentials, kafka_auth
-from streams.settings import Settings
-from streams.transport import Transport
+from streams.worker.configfeed import ConfigFeed
+from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
+from streams.worker.processor import RunProcessor
+from streams.worker.runtable import RunTable
+from streams.kafka.connection import faust_credentials, kafka_auth
+from streams.worker.settings import Settings
+from streams.internals.faust_consumer import Transport
 
 
 TABLE_NAME = "runs"

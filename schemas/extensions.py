@@ -1,0 +1,105 @@
+"""The ``loopwarden`` block: everything beyond OpenClaw, off by default.
+
+It sits beside ``tools.loopDetection`` in the same config document, at the
+top level (``loopwarden: {...}``, the fleet's defaults) and per agent
+(``agents.list[].loopwarden``). OpenClaw never reads it, so a config without
+it gives OpenClaw's verdicts exactly; every field's default is "off".
+
+Per-agent overlay is section by section: an agent's ``incidents`` block is
+laid key by key over the global one, like ``detectors`` in ``loopDetection``.
+A section that does not validate falls back to its defaults and the problem
+is reported by :func:`resolve_extensions` (``loopwarden config check`` shows
+it); one bad section never disables the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+DETECTOR_NAMES = ("generic_repeat", "known_poll_no_progress", "ping_pong", "unknown_tool_repeat",
+                  "global_circuit_breaker", "compaction_loop_persisted")
+
+
+class Incidents(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """Failure-signature incidents across runs (many runs failing the same way at once)."""
+
+    enabled: bool = False
+    min_streak: int = 3  # records of a run with the same tool and outcome hash
+    min_runs: int = 5  # distinct runs joined within `window`
+    min_agents: int = 2  # of at least this many agents
+    window: float = 600.0  # seconds
+    block: bool = False  # fleet response: block matching calls while an incident is open
+    block_after: int = 3  # matching outcomes in a run before the block
+
+
+class CrossRun(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """``cross_run_repeat``: a session's finished runs repeating the same work."""
+
+    enabled: bool = False
+    runs: int = 3
+
+
+class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """Abort a run that ignores its verdicts (0 = off)."""
+
+    after_violations: int = 0  # abort after this many verdict violations in a run
+    after_blocks: int = 0  # abort after this many blocks in a run (OpenClaw's "bounded recovery" is 2)
+
+
+class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """The resolved ``loopwarden`` settings of one agent."""
+
+    shadow: bool | tuple[str, ...] = False  # true: every detector; a list: those detectors only
+    incidents: Incidents = Incidents()
+    cross_run: CrossRun = CrossRun()
+    escalation: Escalation = Escalation()
+
+    def shadowed(self, detector: str) -> bool:
+        """Whether a detection of ``detector`` is recorded but not enforced."""
+        shadow = self.shadow
+        return shadow if isinstance(shadow, bool) else detector in shadow
+
+
+DEFAULT_EXTENSIONS = Extensions()
+_SECTIONS = {"incidents": Incidents, "crossRun": CrossRun, "escalation": Escalation}
+
+
+def overlay_extensions(global_block: Any, agent_block: Any) -> dict:
+    """The agent's block over the global one, each section merged key by key."""
+    g = global_block if isinstance(global_block, dict) else {}
+    a = agent_block if isinstance(agent_block, dict) else {}
+    merged = {**g, **a}
+    for key in _SECTIONS:
+        gs, as_ = g.get(key), a.get(key)
+        if isinstance(gs, dict) or isinstance(as_, dict):
+            merged[key] = {**(gs if isinstance(gs, dict) else {}), **(as_ if isinstance(as_, dict) else {})}
+    return merged
+
+
+def resolve_extensions(block: Any) -> tuple[Extensions, list[str]]:
+    """Validate an (overlaid) ``loopwarden`` block: the settings, and one problem text per bad part."""
+    if block is None:
+        return DEFAULT_EXTENSIONS, []
+    if not isinstance(block, dict):
+        return DEFAULT_EXTENSIONS, [f"loopwarden must be an object, not {type(block).__name__}: ignored"]
+    problems: list[str] = []
+    fields: dict[str, Any] = {}
+    for key, value in block.items():
+        if key in _SECTIONS:
+            try:
+                fields[key] = msgspec.convert(value if value is not None else {}, _SECTIONS[key])
+            except msgspec.ValidationError as exc:
+                problems.append(f"loopwarden.{key}: {exc}: section uses its defaults")
+        elif key == "shadow":
+            if isinstance(value, bool):
+                fields["shadow"] = value
+            elif isinstance(value, list) and all(v in DETECTOR_NAMES for v in value):
+                fields["shadow"] = tuple(value)
+            else:
+                problems.append(f"loopwarden.shadow must be true/false or a list of {', '.join(DETECTOR_NAMES)}"
+                                f": {value!r} ignored")
+        else:
+            problems.append(f"loopwarden.{key}: unknown key ignored")
+    return msgspec.convert(fields, Extensions), problems

@@ -1,0 +1,1 @@
+"""Benchmarks (``loopwarden bench ...``): numbers for the notes, never assertions in the suite."""

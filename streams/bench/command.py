@@ -1,0 +1,27 @@
+"""``loopwarden bench TARGET``: one sub-command per benchmark module.
+
+Each module in :data:`TARGETS` has ``add_arguments(parser)`` and ``run(args)``
+and imports the broker, the worker or aiokafka only inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+TARGETS = {
+    "engine": ("streams.bench.engine", "decode + step() on one core, against the hashing floor"),
+    "worker": ("streams.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
+    "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency)",
+                              description="Measure speed on this machine; every figure printed with its ratios.")
+    targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
+    for name, (module, text) in TARGETS.items():
+        mod = importlib.import_module(module)
+        sp = targets.add_parser(name, help=text, description=(mod.__doc__ or text).strip().splitlines()[0])
+        mod.add_arguments(sp)
+        sp.set_defaults(func=mod.run)
