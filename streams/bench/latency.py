@@ -213,7 +213,7 @@ async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
     (broker CPU at a fixed 80 produce/s: 16% on an empty log, 28% after 150 k
     records), so a level measured after a ramp would pay for the ramp's data.
     """
-    from streams.worker.app import ensure_topics
+    from streams.kafka.admin import ensure_topics
     from streams.devtools.broker import EmbeddedBroker
     from streams.devtools.processes import TopicNames, WorkerProcess
     from streams.runner import ClientSettings, LoopClient

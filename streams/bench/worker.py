@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         worker = WorkerProcess(broker.url, tmp / "data", config=tmp / "config.json", extra=extra,
                                log_level="warning")
         # Topics first, so the backlog exists before the worker starts.
-        from streams.worker.app import ensure_topics
+        from streams.kafka.admin import ensure_topics
         from streams.worker.settings import from_sources
 
         asyncio.run(ensure_topics(from_sources({"broker": broker.url})))

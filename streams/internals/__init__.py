@@ -1,0 +1,12 @@
+"""The only place that touches private attributes of Faust, mode and aiokafka.
+
+- :mod:`~streams.internals.faust_consumer`: our transport (fetch wait, Tansu's end offsets, batch hand-over);
+- :mod:`~streams.internals.faust_table`: partition-explicit RocksDB access for the run table;
+- :mod:`~streams.internals.faust_worker`: the worker class (log level);
+- :mod:`~streams.internals.aiokafka_client`: metadata refresh and forced close for the runner's listener
+  (imports no Faust, so runner-only installs can use it).
+
+Each private name used is listed in its module's docstring and checked by
+``tests/unit/test_internals_contract.py``, which fails loudly on an upgrade
+that renames or removes one.
+"""

@@ -1,6 +1,13 @@
-"""Our Kafka transport for Faust: our fetch wait, and end offsets Tansu gets right.
+"""Our Kafka transport for Faust (registered as the ``loopwarden://`` driver in pyproject's
+``faust.transports`` entry points): our fetch wait, end offsets Tansu gets right, batch hand-over.
 
-Two fixes over Faust's aiokafka driver (BROKER-NOTES.md §1 and §4):
+Private Faust/aiokafka names used here (faust-streaming < 0.16, aiokafka < 0.15; checked by
+tests/unit/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
+``AIOKafkaConsumerThread._create_worker_consumer`` / ``_highwaters``, ``Consumer._drain_messages`` /
+``_read_offset`` / ``_unacked_messages`` / ``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped``,
+``Fetcher._stopped``.
+
+Fixes over Faust's aiokafka driver:
 
 - Faust hard-codes ``fetch_max_wait_ms=1500``; Tansu sleeps about half of
   it after each fetch, so event->verdict latency is ~1 s. The consumer
@@ -23,6 +30,8 @@ from typing import Any, Mapping
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+
+from streams.kafka.connection import kafka_auth, servers
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,12 @@ async def corrected_end_offsets(probe: aiokafka.AIOKafkaConsumer, ends: Mapping[
     return result
 
 
+def probe_kwargs(settings: Any) -> dict[str, Any]:
+    """The end-offset probe's client arguments: the worker's brokers and its TLS/SASL settings."""
+    return dict(bootstrap_servers=servers(settings.brokers), enable_auto_commit=False, fetch_max_wait_ms=20,
+                client_id="loopwarden-end-probe", **kafka_auth(settings))
+
+
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread with our fetch wait and corrected high waters."""
 
@@ -63,17 +78,16 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
         # Read by AIOKafkaConsumer.start() when it builds its Fetcher.
-        consumer._fetch_max_wait_ms = int(getattr(self.app, "fetch_wait_ms", 10))
+        consumer._fetch_max_wait_ms = int(self.app.worker_settings.fetch_wait_ms)
         return consumer
 
     async def _highwaters(self, partitions: list[TP]) -> Mapping[TP, int]:
         ends = await super()._highwaters(partitions)
-        if self.consumer.in_transaction or not getattr(self.app, "correct_end_offsets", True):
+        settings = self.app.worker_settings
+        if self.consumer.in_transaction or not settings.correct_end_offsets:
             return ends
         if self._probe is None:
-            servers = [f"{u.host}:{u.port or 9092}" for u in self.transport.url]
-            self._probe = aiokafka.AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
-                                                    fetch_max_wait_ms=20, client_id="loopwarden-end-probe")
+            self._probe = aiokafka.AIOKafkaConsumer(**probe_kwargs(settings))
             await self._probe.start()
         return await corrected_end_offsets(self._probe, ends)
 
@@ -103,7 +117,7 @@ class Consumer(faust_aiokafka.Consumer):
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:
-        route = getattr(self.app, "batch_route", None)
+        route = self.app.batch_route
         if route is None:
             return await super()._drain_messages(fetcher)
         topic, handler = route

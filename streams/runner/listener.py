@@ -27,10 +27,11 @@ from typing import Callable
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.kafka.connection import kafka_auth
 from aiokafka.errors import KafkaError
 
 from schemas.verdicts import Verdict
+from streams.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
+from streams.kafka.connection import kafka_auth
 from streams.runner.settings import ClientSettings
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class VerdictListener:
         assert consumer is not None
         while True:
             try:
-                cluster = await consumer._client.fetch_all_metadata()  # no public "refresh this topic"
+                cluster = await fetch_all_metadata(consumer)
                 partitions = cluster.partitions_for_topic(topic)
             except Exception as exc:  # broker down or restarting: keep trying, checks fail open meanwhile
                 log.debug("metadata for %s: %r", topic, exc)
@@ -147,10 +148,8 @@ async def stop_consumer(consumer: AIOKafkaConsumer, timeout: float) -> None:
         log.warning("verdict consumer did not stop within %.1fs", timeout)
         return
     if task.cancelled() or task.exception() is not None:
-        fetcher = getattr(consumer, "_fetcher", None)
-        for pending in list(getattr(fetcher, "_pending_tasks", ())):
-            pending.cancel()
+        cancel_fetch_tasks(consumer)
         try:
-            await asyncio.wait_for(consumer._client.close(), timeout)
+            await asyncio.wait_for(close_connections(consumer), timeout)
         except (asyncio.TimeoutError, KafkaError, OSError):
             log.warning("verdict consumer connections did not close cleanly")

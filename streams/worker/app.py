@@ -16,25 +16,21 @@ from streams.worker.configfeed import ConfigFeed
 from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runtable import RunTable
-from streams.kafka.connection import faust_credentials, kafka_auth
+from streams.kafka.connection import faust_credentials, kafka_auth, servers
 from streams.worker.settings import Settings
-from streams.internals.faust_consumer import Transport
 
 
 TABLE_NAME = "runs"
 
 
+TRANSPORT_SCHEME = "loopwarden"  # our driver in Faust's transport registry (pyproject entry point)
+
+
 class LoopwardenApp(faust.App):
-    """A Faust app on our transport (our fetch wait, corrected end offsets)."""
+    """A Faust app that carries the worker's settings for our transport and the batch route."""
 
-    fetch_wait_ms: int = 10
-    correct_end_offsets: bool = True
-
-    def _new_transport(self) -> Any:
-        return Transport(self.conf.broker_consumer, self)
-
-    def _new_producer_transport(self) -> Any:
-        return Transport(self.conf.broker_producer, self)
+    worker_settings: Settings
+    batch_route: tuple[str, Any] | None = None  # (topic, handler): that topic's records go to the handler in batches
 
 
 @dataclass
@@ -68,7 +64,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     metrics = Metrics(s.tool_label_set)
     app = LoopwardenApp(
         s.app_id,
-        broker=s.brokers,
+        broker=[f"{TRANSPORT_SCHEME}://{server}" for server in servers(s.brokers)],
+        Worker="streams.internals.faust_worker:Worker",
         store=s.store,
         datadir=s.data_dir,
         autodiscover=False,
@@ -86,11 +83,11 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         consumer_auto_offset_reset="earliest",
         stream_buffer_maxsize=max(4096, 2 * s.batch_max),
         broker_max_poll_records=s.batch_max,
-        consumer_max_fetch_size=4 * 1024 * 1024,
+        consumer_max_fetch_size=max(4 * 1024 * 1024, 2 * s.max_message_bytes),
+        producer_max_request_size=s.producer_max_request_size,
         broker_credentials=faust_credentials(s),
     )
-    app.fetch_wait_ms = s.fetch_wait_ms
-    app.correct_end_offsets = s.correct_end_offsets
+    app.worker_settings = s
 
     events = app.topic(s.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
                        value_serializer="raw", partitions=s.partitions)
@@ -164,35 +161,4 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         metrics.ready.set(1 if status["ready"] else 0)
         return web.json(status, status=200 if status["ready"] else 503)
 
-    app.loopwarden = rt  # for tests and the dev view
     return app, rt
-
-
-async def ensure_topics(settings: Settings) -> list[str]:
-    """Create the four topics of wire.md when missing (config topic compacted); returns those created."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
-
-    s = settings
-    wanted = {
-        s.events_topic: (s.partitions, {}),
-        s.control_topic: (s.partitions, {}),
-        s.config_topic: (1, {"cleanup.policy": "compact"}),
-        s.dead_letter_topic: (s.partitions, {}),
-    }
-    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin", **kafka_auth(s))
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [NewTopic(name, n, s.replicas, topic_configs=cfg)
-                   for name, (n, cfg) in wanted.items() if name not in existing]
-        created = []
-        for topic in missing:
-            try:
-                await admin.create_topics([topic])
-                created.append(topic.name)
-            except TopicAlreadyExistsError:
-                pass
-        return created
-    finally:
-        await admin.close()

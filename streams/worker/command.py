@@ -27,10 +27,9 @@ def main(args: argparse.Namespace) -> int:
 
 def run_worker(settings: Settings) -> int:
     """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
-    import faust
-
     from schemas.config import ConfigError, load_config
-    from streams.worker.app import create_app, ensure_topics
+    from streams.kafka.admin import ensure_topics
+    from streams.worker.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -42,16 +41,7 @@ def run_worker(settings: Settings) -> int:
     if created:
         logging.getLogger("loopwarden").info("created topics %s", created)
     app, _rt = create_app(settings, fleet)
-    level = logging.getLevelName(settings.log_level.upper())
-
-    class Worker(faust.Worker):
-        def _setup_logging(self) -> None:
-            super()._setup_logging()
-            # mode leaves the root logger at DEBUG (handlers filter): every client debug call
-            # would build a record. Set the level itself.
-            logging.getLogger().setLevel(level)
-
-    worker = Worker(app, loglevel=settings.log_level.upper(), quiet=True, redirect_stdouts=False)
+    worker = app.Worker(loglevel=settings.log_level.upper(), quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

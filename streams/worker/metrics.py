@@ -34,6 +34,11 @@ class Metrics:
         self.duplicates = Counter("loopwarden_duplicate_events",
                                   "Events dropped as repeats: same event_id in a run, or offset already applied",
                                   registry=r)
+        self.publish_retries = Counter("loopwarden_publish_retries", "Publishes retried after a failure, by topic",
+                                       ["topic"], registry=r)
+        self.publish_dropped = Counter("loopwarden_publish_dropped",
+                                       "Records that could never be published and were skipped, by topic",
+                                       ["topic"], registry=r)
         self.guard_arms = Counter("loopwarden_guard_arms", "Post-compaction guards armed", registry=r)
         self.guard_aborts = Counter("loopwarden_guard_aborts", "Runs aborted by the post-compaction guard",
                                     registry=r)

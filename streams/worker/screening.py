@@ -14,6 +14,7 @@ its key is the original message key.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 
@@ -58,3 +59,19 @@ def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
 def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
     return _encoder.encode(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
                                       partition=partition, offset=offset, raw=raw or b""))
+
+
+_dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
+
+
+def without_raw(out: Any) -> Any:
+    """The same dead letter without its raw bytes (for one too large to publish whole); None if not one."""
+    try:
+        letter = _dead_letter_decoder.decode(out.value)
+    except msgspec.DecodeError:
+        return None
+    if not letter.raw:
+        return None
+    note = f" [raw bytes omitted: {len(letter.raw)} bytes do not fit the dead-letter topic]"
+    smaller = msgspec.structs.replace(letter, raw=b"", detail=(letter.detail + note)[:2000])
+    return msgspec.structs.replace(out, value=_encoder.encode(smaller))

@@ -46,6 +46,7 @@ class Settings(SecuritySettings, kw_only=True):
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
     max_event_bytes: int = 1_048_576
+    max_message_bytes: int = 1_048_588
     max_depth: int = 64
     run_ttl: float = 3600.0
     ended_ttl: float = 120.0
@@ -63,6 +64,15 @@ class Settings(SecuritySettings, kw_only=True):
     def bootstrap(self) -> str:
         """``host:port,...`` without the ``kafka://`` scheme, for plain aiokafka clients."""
         return ",".join(servers(self.brokers))
+
+    @property
+    def dead_letter_max_bytes(self) -> int:
+        """The largest dead letter: base64 of the largest input record plus the JSON around it."""
+        return 4 * -(-self.max_message_bytes // 3) + 16_384
+
+    @property
+    def producer_max_request_size(self) -> int:
+        return self.dead_letter_max_bytes + 4096
 
     @property
     def tool_label_set(self) -> frozenset[str]:
@@ -92,6 +102,8 @@ HELP: dict[str, str] = {
     "session_timeout": "consumer group session timeout, seconds (Tansu holds joins for half of it)",
     "heartbeat_interval": "consumer group heartbeat interval, seconds",
     "max_event_bytes": "events larger than this many bytes are dead-lettered (reason too_large)",
+    "max_message_bytes": "largest record the events topic accepts (its max.message.bytes); sizes the dead-letter "
+                         "topic and the producer so every dead letter keeps its original bytes",
     "max_depth": "events nested deeper than this are dead-lettered (reason too_deep)",
     "run_ttl": "seconds a run may stay idle before its state is expired",
     "ended_ttl": "seconds the marker of an ended run is kept (idempotent replays)",

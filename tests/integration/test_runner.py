@@ -181,7 +181,7 @@ async def test_compaction_loop_ends_in_abort(tansu, worker):
 
 
 async def test_fails_open_when_the_broker_stops(tmp_path):
-    from streams.worker.app import ensure_topics
+    from streams.kafka.admin import ensure_topics
     from streams.worker.settings import Settings
 
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()

@@ -1,0 +1,26 @@
+"""aiokafka internals the runner's verdict listener needs (fenced here; no Faust import).
+
+Private names used (aiokafka < 0.15; checked by tests/unit/test_internals_contract.py):
+``AIOKafkaConsumer._client`` (``fetch_all_metadata``, ``close``) and
+``Fetcher._pending_tasks`` (via ``AIOKafkaConsumer._fetcher``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def fetch_all_metadata(consumer: Any) -> Any:
+    """Fresh cluster metadata: aiokafka has no public "refresh this topic's partitions" call."""
+    return await consumer._client.fetch_all_metadata()
+
+
+def cancel_fetch_tasks(consumer: Any) -> None:
+    """Cancel a stuck fetcher's tasks (aiokafka 0.14 leaves them when ``stop()`` is cancelled)."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    for task in list(getattr(fetcher, "_pending_tasks", ())):
+        task.cancel()
+
+
+async def close_connections(consumer: Any) -> None:
+    await consumer._client.close()

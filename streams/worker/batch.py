@@ -1,0 +1,194 @@
+"""Apply one batch of consumed records: the pure half of the worker's batch path.
+
+:func:`apply_batch` screens and decodes each record, reads its run's value
+once per batch, skips events at or below the value's applied offset (a
+replay after a crash or rebalance), runs ``step()`` and builds what must be
+published (verdicts, dead letters) and what must be stored (one new value
+per touched run). It performs no I/O beyond the ``read`` callback it is
+given, so every rule of the batch path is unit-tested in-process; the order
+in which these effects reach Kafka and RocksDB is the committer's job
+(:mod:`streams.worker.committer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import msgspec
+
+from schemas.config import FleetConfig
+from schemas.events import EVENT_TYPES, EventDecodeError, ToolCall, run_key
+from schemas.verdicts import Detection, Verdict
+from streams.detection import step
+from streams.worker.runcodec import RunValue, state_key
+from streams.worker.screening import dead_letter_value, screen
+
+log = logging.getLogger(__name__)
+
+_TAGS = {cls: cls.__struct_config__.tag for cls in EVENT_TYPES}
+_verdict_encoder = msgspec.json.Encoder()
+
+
+class Record(Protocol):
+    """What the batch path needs of one consumed record (a Faust/aiokafka message or a test double)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings the pure batch step depends on."""
+
+    control_topic: str = "agent.loop-control"
+    dead_letter_topic: str = "loopwarden.dead-letter"
+    max_event_bytes: int = 1_048_576
+    max_depth: int = 64
+
+
+class Outgoing(msgspec.Struct, frozen=True):
+    """One record to publish: a verdict or a dead letter, with what is needed to report a failure."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    source: str  # "topic:partition:offset" of the record it answers
+    event_ts: float | None = None  # for event->verdict latency (verdicts only)
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    """What one batch did, for the metrics (added to the counters once the batch is durable)."""
+
+    types: Counter = msgspec.field(default_factory=Counter)
+    dead: Counter = msgspec.field(default_factory=Counter)
+    detections: Counter = msgspec.field(default_factory=Counter)  # (detector, level, tool label)
+    verdicts: Counter = msgspec.field(default_factory=Counter)  # (action, detector)
+    misrouted: int = 0
+    duplicates: int = 0
+    guard_arms: int = 0
+    guard_aborts: int = 0
+    step_seconds: list = msgspec.field(default_factory=list)  # a sample of step() durations
+
+
+class BatchResult(msgspec.Struct, kw_only=True):
+    """Everything one batch must make durable: publish ``outgoing``, then store ``writes``."""
+
+    outgoing: list[Outgoing]
+    writes: dict[tuple[int, bytes], RunValue | None]  # (partition, table key) -> new value
+    positions: dict[int, int]  # partition -> last offset seen
+    counts: Counts
+
+
+ReadFn = Callable[[int, bytes], "RunValue | None"]  # (partition, table key) -> value before this batch
+
+
+def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verdict:
+    """The published form of an emitted detection."""
+    return Verdict(
+        verdict_id=verdict_id, action=det.action, agent_id=event.agent_id, run_id=event.run_id,
+        session_id=event.session_id, level=det.level, detector=det.detector, count=det.count,
+        message=det.message, warning_key=det.warning_key, tool_name=det.tool_name,
+        paired_tool_name=det.paired_tool_name, tool_call_id=getattr(event, "tool_call_id", None),
+        event_ts=event.ts, ts=now,
+    )
+
+
+def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
+    """The answer to a gated call (``await_decision``) that no detector stopped."""
+    return Verdict(verdict_id=verdict_id, action="allow", agent_id=event.agent_id, run_id=event.run_id,
+                   session_id=event.session_id, tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                   event_ts=event.ts, ts=now)
+
+
+class _Sampler:
+    """Times ``step()`` for one event in ``every``: the histogram is a sample, the clock calls are not free."""
+
+    __slots__ = ("n", "every")
+
+    def __init__(self, every: int = 8) -> None:
+        self.n = 0
+        self.every = every
+
+    def due(self) -> bool:
+        self.n += 1
+        return self.n % self.every == 0
+
+
+def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, limits: Limits,
+                tool_label: Callable[[str | None], str] = lambda name: "other", now: float | None = None,
+                sampler: _Sampler | None = None) -> BatchResult:
+    """Apply ``records`` in order; nothing is published or stored here (see the module docstring)."""
+    now = time.time() if now is None else now
+    sampler = sampler or _Sampler()
+    perf = time.perf_counter
+    counts = Counts()
+    outgoing: list[Outgoing] = []
+    values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
+    writes: dict[tuple[int, bytes], RunValue | None] = {}
+    positions: dict[int, int] = {}
+    control = limits.control_topic
+
+    for msg in records:
+        topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
+        positions[partition] = offset
+        source = f"{topic}:{partition}:{offset}"
+        try:
+            event = screen(raw, limits.max_event_bytes, limits.max_depth)
+        except EventDecodeError as exc:
+            counts.dead[exc.reason] += 1
+            outgoing.append(Outgoing(limits.dead_letter_topic, key,
+                                     dead_letter_value(exc, topic, partition, offset, raw), source))
+            continue
+        counts.types[_TAGS[type(event)]] += 1
+        rkey = run_key(event).encode("utf-8", "surrogatepass")
+        if key is not None and key != rkey:
+            counts.misrouted += 1
+        slot = (partition, state_key(event))
+        if slot in values:
+            value = values[slot]
+        else:
+            value = values[slot] = read(*slot)
+        if value is not None and offset <= value.offset:
+            counts.duplicates += 1  # applied before a crash or rebalance: its verdicts were delivered then
+            continue
+        timed = sampler.due()
+        t0 = perf() if timed else 0.0
+        try:
+            result = step(value.state if value is not None else None, event, fleet.resolve(event.agent_id))
+        except Exception as exc:  # an engine bug must not stop the fleet's stream
+            log.exception("step() failed at %s", source)
+            err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
+            counts.dead[err.reason] += 1
+            outgoing.append(Outgoing(limits.dead_letter_topic, key,
+                                     dead_letter_value(err, topic, partition, offset, raw), source))
+            continue
+        if timed:
+            counts.step_seconds.append(perf() - t0)
+        values[slot] = writes[slot] = RunValue(offset=offset, touched=now, state=result.state)
+        if result.duplicate:
+            counts.duplicates += 1
+            continue
+        if result.guard_armed:
+            counts.guard_arms += 1
+        index = 0
+        for det in result.detections:
+            counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1
+            if not det.emitted:
+                continue
+            if det.detector == "compaction_loop_persisted":
+                counts.guard_aborts += 1
+            verdict = verdict_for(det, event, f"{source}:{index}", now)
+            index += 1
+            counts.verdicts[(det.action, det.detector)] += 1
+            outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(verdict), source, event.ts))
+        if index == 0 and isinstance(event, ToolCall) and event.await_decision:
+            counts.verdicts[("allow", "none")] += 1
+            outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(allow_for(event, f"{source}:0", now)),
+                                     source, event.ts))
+    return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts)

@@ -1,0 +1,199 @@
+"""The order of effects that makes a batch durable: the half of the batch path that does I/O.
+
+For each batch handed in by :meth:`Committer.submit`, in batch order:
+
+1. the new run values are encoded at once (a snapshot: later batches go on
+   mutating the same state objects) and kept in ``pending``, where the next
+   batches read them before the table;
+2. every outgoing record (verdicts, dead letters) is handed to the producer
+   without waiting, so the producer can batch them;
+3. a completion task awaits the previous batch's completion, then every
+   delivery of this batch (retrying what failed, see below), then writes
+   each touched run once to the table (RocksDB and changelog), then drops
+   the batch's entries from ``pending``;
+4. only then is the batch's future done, and only then does the consumer
+   ack (and later commit) its offsets.
+
+So a state that is durable always has its verdicts durable too; a crash
+before step 4 replays the events onto the old state and republishes the
+same verdicts under the same ``verdict_id``. At most ``max_inflight``
+batches are between step 2 and step 4 at once.
+
+A publish that fails is retried with capped exponential backoff and the
+batch stays unacked: a broker outage only delays. A record that can never
+be published (larger than the producer or topic accepts, a topic that is
+invalid or not allowed) is tried ``permanent_attempts`` times, then logged,
+counted and skipped with its position, so one record cannot stop the
+stream. A dead letter too large to publish whole is sent once more without
+its raw bytes (reason, detail and position still reach the operator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from streams.worker.batch import BatchResult, Outgoing
+from streams.worker.runcodec import RunValue, decode_value, encode_value
+
+log = logging.getLogger(__name__)
+
+# send(topic, key, value) -> awaitable that resolves to the delivery future
+SendFn = Callable[[str, "bytes | None", bytes], Awaitable[Awaitable[Any]]]
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether retrying the same record can never succeed (its size, its topic, its encoding)."""
+    from aiokafka import errors
+
+    permanent = (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.InvalidTopicError,
+                 errors.TopicAuthorizationFailedError, errors.UnsupportedVersionError, TypeError, ValueError)
+    return isinstance(exc, permanent)
+
+
+def too_large(exc: BaseException) -> bool:
+    from aiokafka import errors
+
+    return isinstance(exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError))
+
+
+class PublishPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    backoff_initial: float = 0.05
+    backoff_max: float = 5.0
+    permanent_attempts: int = 3
+
+
+class Committer:
+    """Owns ``pending`` and the completion chain; one per worker process."""
+
+    def __init__(self, table: Any, send: SendFn, *, max_inflight: int = 4, policy: PublishPolicy | None = None,
+                 on_durable: Callable[[BatchResult, float], None] | None = None,
+                 on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
+                 on_retry: Callable[[Outgoing, BaseException], None] | None = None,
+                 shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None) -> None:
+        self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
+        self.send = send
+        self.max_inflight = max_inflight
+        self.policy = policy or PublishPolicy()
+        self.on_durable = on_durable
+        self.on_dropped = on_dropped
+        self.on_retry = on_retry
+        self.shrink_dead_letter = shrink_dead_letter
+        self.pending: dict[tuple[int, bytes], RunValue | None] = {}
+        self.stopping = False
+        self._tail: asyncio.Future | None = None
+        self._inflight: collections.deque = collections.deque()
+
+    def read(self, partition: int, key: bytes) -> RunValue | None:
+        """A run's value as the next batch must see it: not yet durable values first."""
+        slot = (partition, key)
+        if slot in self.pending:
+            return self.pending[slot]
+        stored = self.table.get(partition, key)
+        if not stored:
+            return None
+        try:
+            return decode_value(stored)
+        except msgspec.DecodeError:
+            log.error("undecodable run value at partition %s key %r: starting the run afresh", partition, key)
+            return None
+
+    async def submit(self, result: BatchResult) -> "asyncio.Future[None]":
+        """Steps 1-2 now; returns the future of steps 3-4 (done = ack the batch's records)."""
+        writes: list[tuple[int, bytes, bytes | None]] = []
+        staged: list[tuple[tuple[int, bytes], RunValue | None]] = []
+        pending = self.pending
+        for slot, value in result.writes.items():
+            try:
+                encoded = None if value is None else encode_value(value)
+            except Exception:  # e.g. a string the codec cannot hold: lose that run's state, not the stream
+                log.exception("run value at %s not encodable; dropping that run's state", slot)
+                encoded, value = None, None
+            writes.append((slot[0], slot[1], encoded))
+            pending[slot] = value
+            staged.append((slot, value))
+        first = [(out, await self._start(out)) for out in result.outgoing]
+        done = asyncio.ensure_future(self._complete(self._tail, first, writes, staged, result))
+        self._tail = done
+        inflight = self._inflight
+        inflight.append(done)
+        while inflight and inflight[0].done():
+            inflight.popleft()
+        while len(inflight) > self.max_inflight:
+            await asyncio.shield(inflight[0])
+            while inflight and inflight[0].done():
+                inflight.popleft()
+        return done
+
+    async def drain(self) -> None:
+        """Wait until every batch submitted so far is durable."""
+        if self._tail is not None:
+            await asyncio.shield(self._tail)
+
+    async def _start(self, out: Outgoing) -> Any:
+        """Hand one record to the producer; the delivery future, or the exception the hand-over raised."""
+        try:
+            return await self.send(out.topic, out.key, out.value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return exc
+
+    async def _deliver(self, out: Outgoing, first: Any) -> None:
+        """Await one delivery, retrying as the module docstring says; returns once delivered or given up."""
+        p = self.policy
+        attempt, permanent, backoff = first, 0, p.backoff_initial
+        while True:
+            try:
+                if isinstance(attempt, BaseException):
+                    raise attempt
+                await attempt
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_permanent(exc):
+                    if too_large(exc) and self.shrink_dead_letter is not None:
+                        smaller = self.shrink_dead_letter(out)
+                        if smaller is not None and smaller is not out:
+                            log.warning("dead letter for %s too large to publish whole (%d bytes); "
+                                        "sending it without the raw bytes", out.source, len(out.value))
+                            out = smaller
+                            attempt = await self._start(out)
+                            continue
+                    permanent += 1
+                    if permanent >= p.permanent_attempts:
+                        log.error("giving up on a record for %s at %s after %d attempts: %r",
+                                  out.topic, out.source, permanent, exc)
+                        if self.on_dropped is not None:
+                            self.on_dropped(out, exc)
+                        return
+                elif self.stopping:
+                    raise
+                if self.on_retry is not None:
+                    self.on_retry(out, exc)
+                log.warning("publish to %s for %s failed (%r); retrying in %.2fs", out.topic, out.source, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(p.backoff_max, backoff * 2)
+                attempt = await self._start(out)
+
+    async def _complete(self, previous: "asyncio.Future[None] | None", first: list, writes: list,
+                        staged: list, result: BatchResult) -> None:
+        if previous is not None:
+            await previous  # batch order; a failed predecessor fails this one too
+        if first:
+            await asyncio.gather(*(self._deliver(out, fut) for out, fut in first))
+        delivered_at = time.time()
+        await self.table.write(writes)
+        pending = self.pending
+        for slot, value in staged:
+            if slot in pending and pending[slot] is value:
+                del pending[slot]  # a later batch may have staged a newer value: keep that one
+        if self.on_durable is not None:
+            self.on_durable(result, delivered_at)
