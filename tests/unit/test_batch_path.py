@@ -1,0 +1,259 @@
+"""The batch path in-process: apply_batch() and the Committer, with a fake send and an in-memory table.
+
+Each test pins one ordering rule the crash safety rests on (see
+streams/worker/committer.py): deliveries before state, state before ack,
+pending values across batches, the in-flight bound, the offset guard, and
+what happens at each crash point (a delivery that never completes, a
+failing write, a record that can never be published).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+import pytest
+from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+
+from schemas.config import FleetConfig
+from schemas.verdicts import DeadLetter
+from streams.worker.batch import Limits, apply_batch
+from streams.worker.committer import Committer, PublishPolicy
+from streams.worker.runcodec import decode_value
+from streams.worker.screening import without_raw
+
+ENABLED = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2,
+                                                                  "criticalThreshold": 3}}})
+LIMITS = Limits(control_topic="ctl", dead_letter_topic="dlq")
+FAST = PublishPolicy(backoff_initial=0.001, backoff_max=0.01, permanent_attempts=3)
+
+
+class Rec(msgspec.Struct):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def call(i: int, run: str = "r1", gated: bool = False) -> bytes:
+    return json.dumps({"type": "tool_call", "agent_id": "a", "run_id": run, "tool_name": "read",
+                       "tool_call_id": f"c{i}", "params": {"p": 1}, "await_decision": gated}).encode()
+
+
+def result(i: int, run: str = "r1") -> bytes:
+    return json.dumps({"type": "tool_result", "agent_id": "a", "run_id": run, "tool_name": "read",
+                       "tool_call_id": f"c{i}", "params": {"p": 1}, "result": "same"}).encode()
+
+
+def loop_records(n_pairs: int, start_offset: int = 0, run: str = "r1") -> list[Rec]:
+    out, off = [], start_offset
+    for i in range(n_pairs):
+        out.append(Rec("ev", 0, off, run.encode(), call(i, run)))
+        out.append(Rec("ev", 0, off + 1, run.encode(), result(i, run)))
+        off += 2
+    return out
+
+
+class MemTable:
+    """The run table's interface, in memory; records every write in order."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[int, bytes], bytes] = {}
+        self.log: list[str] = []
+        self.fail_next_write = False
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        return self.data.get((partition, key))
+
+    async def write(self, items) -> None:
+        if self.fail_next_write:
+            self.fail_next_write = False
+            raise RuntimeError("disk full")
+        for partition, key, value in items:
+            if value is None:
+                self.data.pop((partition, key), None)
+            else:
+                self.data[(partition, key)] = value
+        self.log.append(f"write:{len(items)}")
+
+
+class FakeSend:
+    """Producer stand-in: each send returns a future the test resolves (or fails) when it likes."""
+
+    def __init__(self, log: list[str], auto: bool = True) -> None:
+        self.log = log
+        self.auto = auto
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+        self.futures: list[asyncio.Future] = []
+        self.raise_on_send: list[BaseException] = []
+        self.fail_delivery: list[BaseException] = []
+
+    async def __call__(self, topic: str, key: bytes | None, value: bytes):
+        if self.raise_on_send:
+            raise self.raise_on_send.pop(0)
+        fut = asyncio.get_running_loop().create_future()
+        self.sent.append((topic, key, value))
+        self.futures.append(fut)
+        if self.fail_delivery:
+            fut.set_exception(self.fail_delivery.pop(0))
+        elif self.auto:
+            fut.set_result(None)
+            self.log.append(f"delivered:{topic}")
+        return fut
+
+    def deliver_all(self) -> None:
+        for fut in self.futures:
+            if not fut.done():
+                fut.set_result(None)
+                self.log.append("delivered")
+
+
+def committer(table: MemTable, send: FakeSend, **kw) -> Committer:
+    return Committer(table, send, policy=FAST, **kw)
+
+
+# -- apply_batch: pure ---------------------------------------------------------------------------
+
+def test_apply_batch_verdicts_dead_letters_and_one_write_per_run():
+    records = loop_records(4) + [Rec("ev", 0, 8, b"x", b"{not json"), Rec("ev", 1, 0, b"r2", call(0, "r2"))]
+    res = apply_batch(records, lambda p, k: None, ENABLED, LIMITS)
+    topics = [o.topic for o in res.outgoing]
+    # critical 3 -> the 4th identical call is blocked; warning at count 2 is below the bucket of 10
+    verdicts = [json.loads(o.value) for o in res.outgoing if o.topic == "ctl"]
+    assert [v["action"] for v in verdicts] == ["block"]
+    assert verdicts[0]["verdict_id"] == "ev:0:6:0"
+    assert topics.count("dlq") == 1
+    dead = msgspec.json.decode(next(o.value for o in res.outgoing if o.topic == "dlq"), type=DeadLetter)
+    assert dead.reason == "bad_json" and dead.raw == b"{not json" and dead.offset == 8
+    assert len(res.writes) == 2  # one value per touched run, whatever the number of its events
+    assert res.positions == {0: 8, 1: 0}
+    assert res.counts.types["tool_call"] == 5 and res.counts.dead["bad_json"] == 1
+
+
+def test_offset_guard_skips_what_the_stored_value_already_applied():
+    first = apply_batch(loop_records(2), lambda p, k: None, ENABLED, LIMITS)
+    (slot, value), = first.writes.items()
+    assert value.offset == 3
+    replay = apply_batch(loop_records(3), lambda p, k: value if (p, k) == slot else None, ENABLED, LIMITS)
+    assert replay.counts.duplicates == 4  # offsets 0..3 were applied before
+    assert replay.writes[slot].offset == 5
+
+
+def test_gated_call_gets_allow_and_engine_error_is_dead_lettered(monkeypatch):
+    res = apply_batch([Rec("ev", 0, 0, b"r1", call(0, gated=True))], lambda p, k: None, ENABLED, LIMITS)
+    (out,) = res.outgoing
+    assert json.loads(out.value)["action"] == "allow" and out.event_ts is None
+
+    import streams.worker.batch as batch
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(batch, "step", boom)
+    res = apply_batch([Rec("ev", 0, 1, b"r1", call(1))], lambda p, k: None, ENABLED, LIMITS)
+    (out,) = res.outgoing
+    assert out.topic == "dlq" and json.loads(out.value)["reason"] == "engine_error"
+    assert not res.writes  # nothing applied: the run's value stays as it was
+
+
+# -- Committer: the order of effects --------------------------------------------------------------
+
+async def test_deliveries_before_state_and_state_before_ack():
+    table = MemTable()
+    send = FakeSend(table.log, auto=False)
+    c = committer(table, send)
+    res = apply_batch(loop_records(4), c.read, ENABLED, LIMITS)
+    done = await c.submit(res)
+    await asyncio.sleep(0.01)
+    assert not done.done() and table.data == {}  # verdict not delivered: no state, no ack
+    send.deliver_all()
+    await done
+    assert table.log == ["delivered", "write:1"]
+
+
+async def test_pending_values_are_read_by_the_next_batch_before_they_are_durable():
+    table = MemTable()
+    send = FakeSend(table.log, auto=False)
+    c = committer(table, send)
+    b1 = await c.submit(apply_batch(loop_records(2), c.read, ENABLED, LIMITS))
+    b2 = await c.submit(apply_batch(loop_records(2, start_offset=4), c.read, ENABLED, LIMITS))
+    # batch 2 saw batch 1's calls although nothing is in the table yet: the 4th call is blocked
+    assert [json.loads(v)["action"] for t, _k, v in send.sent if t == "ctl"] == ["block"]
+    assert table.data == {}
+    send.deliver_all()
+    await b1
+    await b2
+    (raw,) = table.data.values()
+    assert decode_value(raw).offset == 7
+    assert c.pending == {}
+
+
+async def test_batches_complete_in_order_and_a_failed_write_fails_the_later_batch_too():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send)
+    table.fail_next_write = True
+    b1 = await c.submit(apply_batch(loop_records(1), c.read, ENABLED, LIMITS))
+    b2 = await c.submit(apply_batch(loop_records(1, start_offset=2), c.read, ENABLED, LIMITS))
+    with pytest.raises(RuntimeError):
+        await b1
+    with pytest.raises(RuntimeError):
+        await b2  # never acked past a batch that is not durable
+    assert table.data == {}
+
+
+async def test_inflight_bound_waits_for_the_oldest_batch():
+    table = MemTable()
+    send = FakeSend(table.log, auto=False)
+    c = committer(table, send, max_inflight=2)
+    futures = [await c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r", gated=True))], c.read, ENABLED,
+                                          LIMITS)) for i in range(2)]
+    third = asyncio.ensure_future(c.submit(apply_batch([Rec("ev", 0, 2, b"r", call(2, "r", gated=True))],
+                                                       c.read, ENABLED, LIMITS)))
+    await asyncio.sleep(0.02)
+    assert not third.done()  # three in flight > 2: submit blocks until the oldest is durable
+    send.deliver_all()
+    await asyncio.gather(*futures)
+    await asyncio.wait_for(third, 1)
+    send.deliver_all()
+    await (third.result())
+
+
+async def test_transient_publish_failure_is_retried_and_the_batch_waits():
+    table = MemTable()
+    send = FakeSend(table.log)
+    retries = []
+    c = committer(table, send, on_retry=lambda out, exc: retries.append(type(exc).__name__))
+    send.fail_delivery = [KafkaConnectionError(), KafkaConnectionError()]
+    done = await c.submit(apply_batch(loop_records(4), c.read, ENABLED, LIMITS))
+    await asyncio.wait_for(done, 2)
+    assert retries == ["KafkaConnectionError", "KafkaConnectionError"]
+    assert [t for t, _k, _v in send.sent] == ["ctl", "ctl", "ctl"]  # the same verdict, resent
+    assert table.log[-1] == "write:1"
+
+
+async def test_unpublishable_record_is_reported_and_skipped_not_retried_forever():
+    table = MemTable()
+    send = FakeSend(table.log)
+    dropped = []
+    c = committer(table, send, on_dropped=lambda out, exc: dropped.append(out.source))
+    send.raise_on_send = [MessageSizeTooLargeError()] * 3
+    done = await c.submit(apply_batch(loop_records(4), c.read, ENABLED, LIMITS))
+    await asyncio.wait_for(done, 2)
+    assert dropped == ["ev:0:6"]
+    assert table.log == ["write:1"]  # the stream goes on: state written, batch acked
+
+
+async def test_dead_letter_too_large_is_resent_without_its_raw_bytes():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, shrink_dead_letter=without_raw)
+    send.raise_on_send = [MessageSizeTooLargeError()]
+    done = await c.submit(apply_batch([Rec("ev", 0, 0, b"k", b"x" * 5000)], c.read, ENABLED, LIMITS))
+    await asyncio.wait_for(done, 2)
+    ((topic, key, value),) = send.sent
+    letter = msgspec.json.decode(value, type=DeadLetter)
+    assert topic == "dlq" and key == b"k" and letter.raw == b"" and "5000 bytes" in letter.detail
+    assert letter.reason == "bad_json" and letter.offset == 0

@@ -1,0 +1,103 @@
+"""Every private Faust/mode/aiokafka name that streams/internals relies on still exists.
+
+These fail loudly on an upgrade that renames or removes one, instead of the
+worker failing at run time (or silently losing the fix it carried).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+
+def test_faust_streams_current_event_is_a_contextvar():
+    import contextvars
+
+    from faust.streams import _current_event
+
+    assert isinstance(_current_event, contextvars.ContextVar)
+
+
+@pytest.mark.parametrize("name", ["_db_for_partition", "_dbs", "_visible_items", "set_persisted_offset"])
+def test_rocksdb_store_internals(name):
+    from faust.stores.rocksdb import Store
+
+    store_attrs = set(dir(Store))
+    if name == "_dbs":  # an instance attribute: set in __init__
+        assert "_dbs" in inspect.getsource(Store.__init__)
+    else:
+        assert name in store_attrs
+
+
+@pytest.mark.parametrize("name", ["_create_worker_consumer", "_highwaters", "on_thread_stop"])
+def test_consumer_thread_internals(name):
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    assert callable(getattr(AIOKafkaConsumerThread, name))
+
+
+@pytest.mark.parametrize("name", ["_drain_messages", "_add_gap", "_new_consumer_thread", "ack", "crash"])
+def test_faust_consumer_methods(name):
+    from faust.transport.drivers.aiokafka import Consumer
+
+    assert callable(getattr(Consumer, name))
+
+
+def test_faust_consumer_bookkeeping_attributes_are_set_in_init():
+    from faust.transport.consumer import Consumer
+
+    source = inspect.getsource(Consumer.__init__)
+    for name in ("_read_offset", "_unacked_messages", "_commit_every"):
+        assert f"self.{name}" in source, name
+    assert "_n_acked" in Consumer.__annotations__  # a class-level counter, incremented by ack()
+    assert "self._n_acked += 1" in inspect.getsource(Consumer.ack)
+
+
+def test_drain_messages_still_takes_the_fetcher():
+    from faust.transport.consumer import Consumer
+
+    assert list(inspect.signature(Consumer._drain_messages).parameters) == ["self", "fetcher"]
+
+
+def test_aiokafka_consumer_fetch_wait_and_client():
+    from aiokafka import AIOKafkaConsumer
+
+    source = inspect.getsource(AIOKafkaConsumer.__init__)
+    assert "self._fetch_max_wait_ms" in source and "self._client" in source
+    start = inspect.getsource(AIOKafkaConsumer.start)
+    assert "self._fetch_max_wait_ms" in start  # read when the Fetcher is built
+    from aiokafka.client import AIOKafkaClient
+
+    assert callable(AIOKafkaClient.fetch_all_metadata) and callable(AIOKafkaClient.close)
+
+
+def test_aiokafka_fetcher_pending_tasks():
+    from aiokafka.consumer.fetcher import Fetcher
+
+    assert "self._pending_tasks" in inspect.getsource(Fetcher.__init__)
+
+
+def test_mode_worker_setup_logging():
+    import faust
+
+    assert callable(faust.Worker._setup_logging)
+
+
+def test_our_transport_is_registered_with_faust():
+    from faust.transport import by_url
+
+    from streams.internals.faust_consumer import Transport
+
+    assert by_url("loopwarden://127.0.0.1:9092") is Transport
+
+
+def test_end_offset_probe_uses_the_worker_security_settings():
+    from streams.internals.faust_consumer import probe_kwargs
+    from streams.worker.settings import Settings
+
+    s = Settings(broker="kafka://b1:9093,kafka://b2:9093", security_protocol="SASL_PLAINTEXT",
+                 sasl_username="u", sasl_password="p")
+    kw = probe_kwargs(s)
+    assert kw["bootstrap_servers"] == ["b1:9093", "b2:9093"]
+    assert kw["security_protocol"] == "SASL_PLAINTEXT" and kw["sasl_plain_username"] == "u"
