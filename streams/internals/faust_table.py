@@ -71,3 +71,8 @@ def partition_items(store: Any, partitions: set[int]) -> Iterator[tuple[int, byt
         if partition in partitions:
             for key, value in list(store._visible_items(db)):
                 yield partition, key, value
+
+
+def fetcher_service(app: Any) -> Any:
+    """The app's Fetcher service (``App._fetcher``: no public accessor), for health checks."""
+    return getattr(app, "_fetcher", None)

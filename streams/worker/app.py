@@ -12,7 +12,9 @@ from typing import Any
 import faust
 
 from schemas.config import FleetConfig
+from streams.internals.faust_table import fetcher_service
 from streams.worker.configfeed import ConfigFeed
+from streams.worker.health import Health, Watchdog
 from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runtable import RunTable
@@ -42,6 +44,7 @@ class Runtime:
     feed: ConfigFeed
     table: RunTable
     processor: RunProcessor
+    health: Health
 
     def assigned(self, app: faust.App) -> set[int]:
         topic = self.settings.events_topic
@@ -101,7 +104,18 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     runtable = RunTable(table, s.events_topic, send)
     processor = RunProcessor(s, metrics, runtable, send, lambda: feed.fleet)
-    rt = Runtime(s, metrics, feed, runtable, processor)
+    health = Health(s.stall_timeout, lambda: {"app": app, "consumer": app.consumer, "producer": app.producer,
+                                              "fetcher": fetcher_service(app)})
+    rt = Runtime(s, metrics, feed, runtable, processor, health)
+
+    @app.timer(min(1.0, s.stall_timeout / 4))
+    async def heartbeat() -> None:
+        health.beat()
+
+    @app.task
+    async def watchdog() -> None:
+        dog = Watchdog(health, s.unhealthy_exit_after)
+        dog.start()
 
     @app.agent(events, name="loopwarden.runs")
     async def runs(stream: Any) -> None:
@@ -153,7 +167,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        return web.json({"ok": True})
+        health.beat()  # the loop answers this request, so it is not stalled now
+        status, body = health.report()
+        return web.json(body, status=status)
 
     @app.page("/readyz")
     async def readyz(web: Any, request: Any) -> Any:

@@ -53,6 +53,8 @@ class Settings(SecuritySettings, kw_only=True):
     expire_interval: float = 30.0
     tool_labels: str = DEFAULT_TOOL_LABELS
     log_level: str = "warning"
+    stall_timeout: float = 10.0
+    unhealthy_exit_after: float = 30.0
     correct_end_offsets: bool = True
     fast_path: bool = True
 
@@ -109,6 +111,9 @@ HELP: dict[str, str] = {
     "ended_ttl": "seconds the marker of an ended run is kept (idempotent replays)",
     "expire_interval": "seconds between expiry sweeps of the run table",
     "tool_labels": "comma-separated tool names used as metric labels; others are counted as 'other'",
+    "stall_timeout": "seconds the event loop may miss its heartbeat before /healthz reports it stalled",
+    "unhealthy_exit_after": "seconds unhealthy (crashed service or stalled loop) before the worker exits with "
+                            "code 70 so the orchestrator restarts it",
     "log_level": "log level (debug, info, warning, error)",
     "fast_path": "hand each fetch's events to the processor as one batch (false: Faust's stream.take_events(), "
                  "~2.5k events/s at most here)",
