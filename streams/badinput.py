@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import re
 
-import msgspec
-
 from schemas.events import Event, EventDecodeError, decode_event
+from schemas.jsvalues import json_bytes
 from schemas.verdicts import DeadLetter
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
-_encoder = msgspec.json.Encoder()
 
 
 def nesting_depth(raw: bytes) -> int:
@@ -56,5 +54,5 @@ def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
 
 
 def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
-    return _encoder.encode(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
+    return json_bytes(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
                                       partition=partition, offset=offset, raw=raw or b""))

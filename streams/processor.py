@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import msgspec
 
 from schemas.events import EVENT_TYPES, EventDecodeError, ToolCall, run_key
-from schemas.verdicts import Verdict
+from schemas.verdicts import Verdict, encode_verdict
 from streams.badinput import dead_letter_value, screen
 from streams.detection import step
 from streams.metrics import Metrics
@@ -43,7 +43,6 @@ from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_verdict_encoder = msgspec.json.Encoder()
 
 _MISSING = object()
 _TAGS = {cls: cls.__struct_config__.tag for cls in EVENT_TYPES}
@@ -185,7 +184,7 @@ class RunProcessor:
                 index += 1
                 published.append((verdict, event.ts))
                 verdict_counts[(det.action, det.detector)] += 1
-                deliveries.append(await self.send(s.control_topic, rkey.encode(), _verdict_encoder.encode(verdict)))
+                deliveries.append(await self.send(s.control_topic, rkey.encode(), encode_verdict(verdict)))
             if index == 0 and isinstance(event, ToolCall) and event.await_decision:
                 verdict = Verdict(
                     verdict_id=f"{topic}:{partition}:{offset}:0", action="allow", agent_id=event.agent_id,
@@ -194,7 +193,7 @@ class RunProcessor:
                 )
                 published.append((verdict, event.ts))
                 verdict_counts[("allow", "none")] += 1
-                deliveries.append(await self.send(s.control_topic, rkey.encode(), _verdict_encoder.encode(verdict)))
+                deliveries.append(await self.send(s.control_topic, rkey.encode(), encode_verdict(verdict)))
 
         self._step_sample = sample
         # Snapshot the values now: later batches go on mutating the same RunState objects.

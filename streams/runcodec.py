@@ -15,6 +15,7 @@ import msgspec
 
 from schemas.events import Event
 from schemas.events import state_key as event_state_key
+from schemas.jsvalues import js_loads_slow, json_bytes
 from streams.detection import RunState
 
 
@@ -24,19 +25,22 @@ class RunValue(msgspec.Struct, array_like=True):
     state: RunState | None = None
 
 
-_key_encoder = msgspec.json.Encoder()
 _key_decoder = msgspec.json.Decoder(tuple[str, str])
 _value_encoder = msgspec.msgpack.Encoder()
 _value_decoder = msgspec.msgpack.Decoder(RunValue)
 
 
 def state_key(event: Event) -> bytes:
-    """The table key: the same (session key, run scope) replay uses, as JSON bytes."""
-    return _key_encoder.encode(event_state_key(event))
+    """The table key: the same (session key, run scope) replay uses, as JSON bytes (lone surrogates escaped)."""
+    return json_bytes(event_state_key(event))
 
 
 def decode_key(raw: bytes) -> tuple[str, str]:
-    return _key_decoder.decode(raw)
+    try:
+        return _key_decoder.decode(raw)
+    except msgspec.DecodeError:  # a lone surrogate escape (json_bytes)
+        session, scope = js_loads_slow(raw)
+        return session, scope
 
 
 def encode_value(value: RunValue) -> bytes:

@@ -16,7 +16,11 @@ from __future__ import annotations
 import msgspec
 
 MAX_WARNING_KEYS = 256  # §9.4.5
-MAX_BLOCKED_CALLS = 64
+# Blocked calls whose results have not arrived yet (each result is the veto,
+# §13.3). A runner reports a blocked call's result as soon as it has refused
+# the call, so only calls in flight together count; no model response carries
+# this many tool calls. Beyond it the oldest is forgotten (``blocked_overflow``).
+MAX_BLOCKED_CALLS = 16384
 MAX_SEEN_EVENT_IDS = 128
 
 
@@ -64,6 +68,9 @@ class RunState(msgspec.Struct, array_like=True):
     guard: Guard = msgspec.field(default_factory=Guard)
     blocked: list[str] = msgspec.field(default_factory=list)
     seen: list[str] = msgspec.field(default_factory=list)
+    # Blocked calls without a call id: the run's next results without one are their vetoes.
+    blocked_without_id: int = 0
+    blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
 
 
 _encoder = msgspec.msgpack.Encoder()
