@@ -169,7 +169,7 @@ class FleetConfig:
         for entry in entries if isinstance(entries, list) else ():
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), (str, type(None))):
                 continue  # an entry without an id (or a null one) is the agent `main`
-            key = normalize_agent_id(entry["id"])
+            key = normalize_agent_id(entry.get("id"))
             if key in agents:  # first matching list entry wins, as in a find()
                 continue
             etools = entry.get("tools")
