@@ -17,6 +17,7 @@ from schemas.events import Event
 from schemas.events import state_key as event_state_key
 from schemas.jsvalues import js_loads_slow, json_bytes
 from streams.detection import RunState
+from streams.detection.state import pack, unpack
 
 
 class RunValue(msgspec.Struct, array_like=True):
@@ -44,8 +45,8 @@ def decode_key(raw: bytes) -> tuple[str, str]:
 
 
 def encode_value(value: RunValue) -> bytes:
-    return _value_encoder.encode(value)
+    return pack(value, _value_encoder)  # total: a state may hold lone surrogates (names taken as sent)
 
 
 def decode_value(raw: bytes) -> RunValue:
-    return _value_decoder.decode(raw)
+    return unpack(raw, _value_decoder, RunValue)

@@ -251,3 +251,16 @@ def test_property_nothing_but_event_decode_error_escapes(raw):
         screen(raw, LIMIT_BYTES, LIMIT_DEPTH)
     except EventDecodeError as exc:
         assert exc.reason in DEAD_LETTER_REASONS
+
+
+def test_run_state_with_lone_surrogates_round_trips_through_the_table_codec():
+    from streams.detection.state import RunState
+    from streams.runcodec import RunValue, decode_value, encode_value
+
+    state = RunState(buckets={"generic:we\udc00b:x": 1}, blocked=["c\ud800"])
+    state.history.push("we\udc00b", "we\udc00b:x", "c\ud801", None, None, 30)
+    odd = RunValue(offset=7, touched=1.5, state=state)
+    assert decode_value(encode_value(odd)) == odd
+    plain = RunValue(offset=7, touched=1.5, state=RunState(buckets={"k\u00e9": 1}))
+    raw = encode_value(plain)
+    assert raw[:1] != b"\x00" and decode_value(raw) == plain  # normal states keep the plain encoding
