@@ -9,13 +9,16 @@ Files may be JSON or JSON5 (parsed with ``pyjson5``).
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from schemas.extensions import DEFAULT_EXTENSIONS, Extensions, overlay_extensions, resolve_extensions
-from schemas.jsvalues import js_trim
+from schemas.jsvalues import js_double, js_trim
 
 DEFAULT_HISTORY_SIZE = 30
 DEFAULT_WARNING_THRESHOLD = 10
@@ -56,6 +59,8 @@ def _positive_int(value: Any, default: int) -> int:
     """Rule 1.4: a number that is an integer and > 0, else the default."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
+    if isinstance(value, int):
+        value = js_double(value)  # JavaScript reads a 400-digit literal as Infinity: not an integer
     if isinstance(value, float) and not value.is_integer():
         return default
     return int(value) if value > 0 else default
@@ -128,8 +133,12 @@ def resolve_block(block: dict | None) -> ResolvedConfig:
     )
 
 
-def normalize_agent_id(agent_id: str) -> str:
-    return js_trim(agent_id).lower()
+DEFAULT_AGENT_ID = "main"
+
+
+def normalize_agent_id(agent_id: str | None) -> str:
+    """OpenClaw's agent id normalization: trimmed, lowercased; missing or blank is ``main`` (§1.1)."""
+    return js_trim(agent_id or "").lower() or DEFAULT_AGENT_ID
 
 
 class FleetConfig:
@@ -165,9 +174,9 @@ class FleetConfig:
         agent_section = doc.get("agents")
         entries = agent_section.get("list") if isinstance(agent_section, dict) else None
         for entry in entries if isinstance(entries, list) else ():
-            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-                continue
-            key = normalize_agent_id(entry["id"])
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), (str, type(None))):
+                continue  # an entry without an id (or a null one) is the agent `main`
+            key = normalize_agent_id(entry.get("id"))
             if key in agents:  # first matching list entry wins, as in a find()
                 continue
             etools = entry.get("tools")
@@ -232,7 +241,33 @@ def parse_config_text(text: str) -> Any:
     try:
         return pyjson5.decode(text)
     except Exception as exc:  # pyjson5 raises several error classes
-        raise ConfigError(f"not valid JSON/JSON5: {exc}") from None
+        error = exc
+    # pyjson5 refuses numbers beyond the double range and lone surrogate escapes,
+    # which JavaScript reads (as ±Infinity, §2.3; as the surrogate). Plain JSON
+    # has them read by Python's json; JSON5 gets such numerals as Infinity.
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return pyjson5.decode(_OVERFLOW_NUMERAL.sub(_infinity, text))
+    except Exception:
+        raise ConfigError(f"not valid JSON/JSON5: {error}") from None
+
+
+# Strings and comments are matched (and kept) so that only numerals are rewritten.
+_OVERFLOW_NUMERAL = re.compile(
+    r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/'
+    r"|(?<![\w$.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w$.])",
+    re.DOTALL,
+)
+
+
+def _infinity(match: re.Match) -> str:
+    token = match.group()
+    if token[0] in "\"'/" or math.isfinite(float(token)):
+        return token
+    return "-Infinity" if token[0] == "-" else "Infinity"
 
 
 def load_config(path: str | Path | None) -> FleetConfig:

@@ -12,12 +12,15 @@ error. Build payloads in Python with :func:`payload`.
 from __future__ import annotations
 
 import json
-from typing import Any, Union
+import math
+import re
+from json.decoder import scanstring
+from typing import Any, Literal, Union, get_args
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from schemas.jsvalues import drop_lone_surrogates, js_trim
+from schemas.jsvalues import js_double, js_int, js_trim, json_bytes, to_well_formed
 
 
 class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -61,10 +64,45 @@ Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
 EVENT_TYPES: tuple[type, ...] = (ToolCall, ToolResult, CompactionRetry, RunEnd)
 
 
-class EventDecodeError(ValueError):
-    """Raised for bytes that are not a valid event; ``reason`` is a short label."""
+DeadLetterReason = Literal[
+    "empty",
+    "too_large",
+    "too_deep",
+    "bad_json",
+    "wrong_type",
+    "missing_field",
+    "unknown_type",
+    "blank_agent_id",
+    "engine_error",
+]
+"""Why a record became a dead letter; the one table (README, "Dead-letter reasons").
 
-    def __init__(self, reason: str, detail: str) -> None:
+- ``empty``: the record has no value (a tombstone) or zero bytes.
+- ``too_large``: more bytes than ``max_event_bytes`` (checked before parsing).
+- ``too_deep``: arrays/objects nested deeper than ``max_depth``.
+- ``bad_json``: not JSON as ``JSON.parse`` reads it: a syntax error, bytes that
+  are not UTF-8, ``NaN``/``Infinity`` tokens, a byte-order mark.
+- ``wrong_type``: JSON, but not an object, or a field of the wrong JSON type
+  (``type``/``agent_id`` not a string; ``session_id``, ``run_id``, ``event_id``,
+  ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
+  a number or null; ``await_decision`` not a boolean).
+- ``missing_field``: ``type`` or ``agent_id`` absent or null.
+- ``unknown_type``: ``type`` is a string, but not one of the four, as sent
+  (``"tool_\\udbffcall"`` is not ``tool_call``).
+- ``blank_agent_id``: ``agent_id`` is empty after JavaScript's ``trim()``.
+- ``engine_error``: the event decoded but the engine raised (a bug; logged).
+
+Not a dead letter: a ``ts`` beyond the double range (``1e400``) is Infinity in
+JavaScript, no usable time, and reads as null; the envelope's other fields are
+taken as sent, lone surrogates included.
+"""
+DEAD_LETTER_REASONS: tuple[str, ...] = get_args(DeadLetterReason)
+
+
+class EventDecodeError(ValueError):
+    """Raised for bytes that are not a valid event; ``reason`` is a :data:`DeadLetterReason`."""
+
+    def __init__(self, reason: DeadLetterReason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -72,65 +110,111 @@ class EventDecodeError(ValueError):
 
 _decoder = msgspec.json.Decoder(Event)
 _encoder = msgspec.json.Encoder()
+_TAGS = frozenset(cls.__struct_config__.tag for cls in EVENT_TYPES)
+_PAYLOADS = frozenset({"params", "result", "error"})
 
 
 def payload(value: Any) -> Raw:
     """A Python value as a wire payload (``params``, ``result``, ``error``)."""
-    return Raw(_encoder.encode(value))
+    return Raw(json_bytes(value))
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _decode_lenient(raw: bytes | str) -> Event:
-    """Second chance for JSON that JavaScript accepts but msgspec does not.
+# The top level of an event, walked by hand so that payloads keep their exact bytes.
+_WS = re.compile(r"[ \t\n\r]*")
+_ENVELOPE_JSON = json.JSONDecoder(parse_int=js_int, parse_constant=_reject_constant)
 
-    ``JSON.parse`` takes lone UTF-16 surrogate escapes (``"\\ud800"``); OpenClaw's
-    serializer later drops them (§2.2), so drop them here and decode again.
+
+def _parse_js(raw: bytes | str) -> Any:
+    """``JSON.parse`` of a record msgspec refused: the top-level object's values, payloads as Raw.
+
+    Envelope values are Python values, strings exactly as parsed (lone
+    surrogates kept); ``params``/``result``/``error`` stay their original
+    bytes (:mod:`streams.detection.payloads` decodes them). A repeated key:
+    the last wins, as in JavaScript. Raises ``ValueError`` if it is not JSON.
     """
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    value = json.loads(text, parse_constant=_reject_constant)
-    return _decoder.decode(_encoder.encode(drop_lone_surrogates(value)))
+    text = bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw
+    idx = _WS.match(text).end()
+    if not text.startswith("{", idx):
+        return _ENVELOPE_JSON.decode(text)  # JSON but no object (wrong_type), or not JSON
+    fields: dict[str, Any] = {}
+    idx = _WS.match(text, idx + 1).end()
+    if text.startswith("}", idx):
+        idx += 1
+    else:
+        while True:
+            if not text.startswith('"', idx):
+                raise ValueError(f"expected a key at {idx}")
+            key, idx = scanstring(text, idx + 1, True)
+            idx = _WS.match(text, idx).end()
+            if not text.startswith(":", idx):
+                raise ValueError(f"expected ':' at {idx}")
+            idx = _WS.match(text, idx + 1).end()
+            value, end = _ENVELOPE_JSON.raw_decode(text, idx)
+            fields[key] = Raw(text[idx:end].encode("utf-8", "surrogatepass")) if key in _PAYLOADS else value
+            idx = _WS.match(text, end).end()
+            if text.startswith(",", idx):
+                idx = _WS.match(text, idx + 1).end()
+            elif text.startswith("}", idx):
+                idx += 1
+                break
+            else:
+                raise ValueError(f"expected ',' or '}}' at {idx}")
+    if _WS.match(text, idx).end() != len(text):
+        raise ValueError(f"extra data at {idx}")
+    return fields
 
 
-def _classify(message: str) -> str:
-    if message.startswith("Invalid value") and "type" in message and "$.type" in message:
-        return "unknown_type"
-    if message.startswith("Object missing required field"):
-        return "missing_field"
-    if message.startswith("Expected") or message.startswith("Invalid"):
-        return "wrong_type"
-    return "bad_json"
+def _envelope(value: Any) -> Event:
+    """A parsed record as an event, or :class:`EventDecodeError` with its :data:`DeadLetterReason`."""
+    if not isinstance(value, dict):
+        raise EventDecodeError("wrong_type", f"an event is a JSON object, not {type(value).__name__}")
+    tag = value.get("type")
+    if tag is None:
+        raise EventDecodeError("missing_field", "`type` is missing or null")
+    if not isinstance(tag, str):
+        raise EventDecodeError("wrong_type", f"`type` must be a string, not {type(tag).__name__}")
+    if tag not in _TAGS:
+        raise EventDecodeError("unknown_type", f"unknown event type {tag!r}")
+    if value.get("agent_id") is None:
+        raise EventDecodeError("missing_field", "`agent_id` is missing or null")
+    ts = value.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and not math.isfinite(js_double(ts) if isinstance(ts, int) else ts):
+        value["ts"] = None  # beyond the double range: Infinity in JavaScript, no usable time
+    try:
+        return msgspec.convert(value, Event)
+    except msgspec.ValidationError as exc:
+        raise EventDecodeError("wrong_type", str(exc)) from None
 
 
 def decode_event(raw: bytes | str) -> Event:
-    """Decode one event; raise :class:`EventDecodeError` with a reason label.
+    """Decode one event as sent; raise :class:`EventDecodeError` with a :data:`DeadLetterReason`.
 
-    Reasons: ``bad_json`` (not JSON), ``missing_field``, ``wrong_type``,
-    ``unknown_type`` (``type`` tag not one of the four), ``blank_agent_id``.
+    msgspec decodes (nearly) every valid event. What it refuses gets a second,
+    exact reading with JavaScript's rules (:func:`_parse_js`): lone surrogate
+    escapes (valid in ``JSON.parse``), ``ts`` beyond the double range, repeated
+    keys; that reading also gives every invalid record its reason. No field
+    is altered: lone surrogates are dropped only when payloads are hashed (§2.2).
     """
     try:
         event = _decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "Missing required field `type`" in text or "Object missing required field `type`" in text:
-            raise EventDecodeError("missing_field", text) from None
-        raise EventDecodeError(_classify(text), text) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         try:
-            event = _decode_lenient(raw)
-        except msgspec.ValidationError as exc2:
-            raise EventDecodeError(_classify(str(exc2)), str(exc2)) from None
-        except (ValueError, UnicodeDecodeError, RecursionError, msgspec.DecodeError):
+            value = _parse_js(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise EventDecodeError("bad_json", str(exc)) from None
+        event = _envelope(value)
     if not js_trim(event.agent_id):
         raise EventDecodeError("blank_agent_id", "agent_id is empty")
     return event
 
 
 def encode_event(event: Event) -> bytes:
-    return _encoder.encode(event)
+    """An event as JSON; a lone surrogate in a field is written as a ``\\udXXX`` escape."""
+    return json_bytes(event)
 
 
 def run_scope(run_id: str | None) -> str:
@@ -139,10 +223,14 @@ def run_scope(run_id: str | None) -> str:
 
 
 def key_for(agent_id: str, session_id: str | None, run_id: str | None) -> str:
-    """The run key (wire.md): ``run_id`` when non-blank, else the session key."""
+    """The run key (wire.md): ``run_id`` when non-blank, else the session key.
+
+    Kafka keys are bytes: a lone surrogate becomes U+FFFD, as a JavaScript
+    runner's UTF-8 encoding writes it (the run's state key stays exact).
+    """
     if run_id and run_scope(run_id):
-        return run_id
-    return session_id if session_id else agent_id
+        return to_well_formed(run_id)
+    return to_well_formed(session_id if session_id else agent_id)
 
 
 def session_key(event: Event) -> str:

@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from schemas.jsvalues import json_bytes
+
 Level = Literal["warning", "critical"]
 Action = Literal["warn", "block", "abort", "allow"]
 DetectorName = Literal[
@@ -65,3 +67,8 @@ class DeadLetter(msgspec.Struct, kw_only=True):
     partition: int
     offset: int
     raw: bytes
+
+
+def encode_verdict(verdict: Verdict) -> bytes:
+    """A verdict as JSON; lone surrogates (tool names and ids are taken as sent) become ``\\udXXX`` escapes."""
+    return json_bytes(verdict)

@@ -10,12 +10,21 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-import msgspec
-
 from schemas.config import ConfigError, FleetConfig, load_config
 from schemas.events import EventDecodeError, decode_event, state_key
+from schemas.jsvalues import js_trim, json_bytes
 from schemas.verdicts import Detection
 from streams.detection import RunState, step
+
+
+def is_blank(line: str | bytes) -> bool:
+    """Empty after JavaScript's ``trim()`` (U+00A0, U+2028, a BOM … are blank too): skipped, not counted."""
+    if isinstance(line, bytes):
+        stripped = line.strip()  # ASCII whitespace, all of it in trim()'s set
+        if not stripped or stripped.isascii():
+            return not stripped
+        line = stripped.decode("utf-8", "replace")
+    return not js_trim(line)
 
 
 class BadLine(NamedTuple):
@@ -52,7 +61,7 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
     states: dict[tuple[str, str], RunState] = {}
     index = -1
     for line in lines:
-        if not line or line.isspace():
+        if is_blank(line):
             continue
         index += 1
         try:
@@ -81,7 +90,7 @@ def run(args) -> int:
     except OSError as exc:
         print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
         return 2
-    encode = msgspec.json.Encoder().encode
+    encode = json_bytes  # tool names and ids are taken as sent, lone surrogates included
     out = sys.stdout.buffer
     try:
         with source:

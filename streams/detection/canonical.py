@@ -24,7 +24,7 @@ import re
 
 import msgspec
 
-from schemas.jsvalues import JsFloat
+from schemas.jsvalues import JsFloat, js_double
 
 _SAFE = 2**53
 # One C-speed pass classifies the fast path's output: digits -> "0",
@@ -50,7 +50,7 @@ def js_number(value: float | int) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         if -_SAFE <= value <= _SAFE:
             return str(value)
-        value = float(value)  # rounds to the nearest double, like JSON.parse
+        value = js_double(value)  # the nearest double, or ±Infinity beyond the range (like JSON.parse)
     if value != value:
         return "NaN"
     if math.isinf(value):
@@ -120,6 +120,8 @@ def canonical_slow(value: object) -> str:
     if isinstance(value, str):
         return js_string(value)
     if isinstance(value, (int, float)):
+        if isinstance(value, int) and not -_SAFE <= value <= _SAFE:
+            value = js_double(value)  # may be ±Infinity (§2.3): a quoted string then
         if isinstance(value, float) and not math.isfinite(value):
             return js_string(js_number(value))
         return js_number(value)

@@ -51,6 +51,9 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[
                     blocked.append(event.tool_call_id)
                     if len(blocked) > MAX_BLOCKED_CALLS:
                         del blocked[0]
+                        state.blocked_overflow += 1
+                else:
+                    state.blocked_without_id += 1  # matched by order: the next id-less result
                 emitted = True
             else:
                 emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
@@ -76,8 +79,12 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[
 
 def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> Sequence[Detection]:
     call_id = event.tool_call_id
-    if call_id and call_id in state.blocked:
-        state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
+    if call_id:
+        if call_id in state.blocked:
+            state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
+            return NO_DETECTIONS
+    elif state.blocked_without_id:
+        state.blocked_without_id -= 1  # §13.3: an id-less blocked call's result, matched by order
         return NO_DETECTIONS
     tool = normalize_tool_name(event.tool_name)
     info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))

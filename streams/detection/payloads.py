@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw
 
-from schemas.jsvalues import js_float
+from schemas.jsvalues import js_float, js_loads_slow
 from streams.detection.canonical import digest_decoded
 from streams.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
 from streams.detection.tools import is_known_poll
@@ -28,8 +28,16 @@ _decoder = msgspec.json.Decoder(float_hook=js_float)
 
 
 def load(raw: bytes | Raw) -> Any:
-    """Decode a payload with JavaScript number semantics (:mod:`schemas.jsvalues`)."""
-    return _decoder.decode(raw)
+    """Decode a payload with JavaScript number semantics (:mod:`schemas.jsvalues`).
+
+    msgspec refuses lone surrogate escapes (``"\\ud800"``) that ``JSON.parse``
+    keeps; such payloads (already accepted by the event decoder) take the
+    slow path, surrogates kept: the rules see them, only digests drop them (§9.1).
+    """
+    try:
+        return _decoder.decode(raw)
+    except msgspec.DecodeError:
+        return js_loads_slow(bytes(raw))
 
 
 class CallInfo(NamedTuple):
@@ -41,18 +49,18 @@ class CallInfo(NamedTuple):
 
 
 def call_info(tool: str, raw: bytes) -> CallInfo:
-    params = _decoder.decode(raw)
+    params = load(raw)
     return CallInfo(args_hash(tool, params), is_known_poll(tool, params), result_mode(tool, params))
 
 
 def outcome(tool: str, mode: str, result: bytes | None, error: bytes | None) -> tuple[str | None, str | None]:
     """(resultHash, unknownToolName) per §4.1-§4.9; (None, None) when nothing is recorded."""
     if error is not None:
-        text = error_text(_decoder.decode(error))
+        text = error_text(load(error))
         return "error:" + digest_decoded(text), unknown_tool_name(text)
     if result is None:
         return None, None
-    return result_hash(tool, mode, _decoder.decode(result)), None
+    return result_hash(tool, mode, load(result)), None
 
 
 class Memo:

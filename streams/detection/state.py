@@ -13,10 +13,16 @@ The run id of §6.1 is implied by the state's key, so it is not stored.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 MAX_WARNING_KEYS = 256  # §9.4.5
-MAX_BLOCKED_CALLS = 64
+# Blocked calls whose results have not arrived yet (each result is the veto,
+# §13.3). A runner reports a blocked call's result as soon as it has refused
+# the call, so only calls in flight together count; no model response carries
+# this many tool calls. Beyond it the oldest is forgotten (``blocked_overflow``).
+MAX_BLOCKED_CALLS = 16384
 MAX_SEEN_EVENT_IDS = 128
 
 
@@ -64,15 +70,57 @@ class RunState(msgspec.Struct, array_like=True):
     guard: Guard = msgspec.field(default_factory=Guard)
     blocked: list[str] = msgspec.field(default_factory=list)
     seen: list[str] = msgspec.field(default_factory=list)
+    # Blocked calls without a call id: the run's next results without one are their vetoes.
+    blocked_without_id: int = 0
+    blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
 
+# Names and ids are kept as sent, so a state may hold lone surrogates, which
+# msgpack strings (UTF-8) cannot. Such a state is written with every string
+# as its UTF-8-with-surrogates bytes read as Latin-1 (exact and reversible),
+# behind a leading 0x00 byte that no msgpack array (a Struct) starts with.
+_ESCAPED = b"\x00"
+
+
+def _map_strings(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {_map_strings(k, fn): _map_strings(v, fn) for k, v in value.items()}
+    return value
+
+
+def _escape(text: str) -> str:
+    return text.encode("utf-8", "surrogatepass").decode("latin-1")
+
+
+def _unescape(text: str) -> str:
+    return text.encode("latin-1").decode("utf-8", "surrogatepass")
+
+
+def pack(value: msgspec.Struct, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
+    """msgpack of a Struct, total: lone surrogates survive (see ``_ESCAPED``); normal states stay plain."""
+    try:
+        return encoder.encode(value)
+    except UnicodeEncodeError:
+        return _ESCAPED + encoder.encode(_map_strings(msgspec.to_builtins(value), _escape))
+
+
+def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
+    """The inverse of :func:`pack`."""
+    if raw[:1] == _ESCAPED:
+        return msgspec.convert(_map_strings(msgspec.msgpack.decode(raw[1:]), _unescape), type_)
+    return decoder.decode(raw)
+
 
 def encode_state(state: RunState) -> bytes:
-    return _encoder.encode(state)
+    return pack(state)
 
 
 def decode_state(raw: bytes) -> RunState:
-    return _decoder.decode(raw)
+    return unpack(raw, _decoder, RunState)

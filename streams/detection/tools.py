@@ -15,12 +15,12 @@ SEND_ACTIONS = frozenset(
 
 @lru_cache(maxsize=4096)
 def normalize_tool_name(name: str | None) -> str:
-    """Trim, lowercase, apply aliases; a missing or blank name is ``tool``."""
-    if not name:
-        return "tool"
-    normalized = js_trim(name).lower()
-    if not normalized:
-        return "tool"
+    """Trim, lowercase, apply aliases (§9.1); the name is taken as sent, lone surrogates included.
+
+    A missing or empty name is ``tool``; the default comes before the trim
+    (``normalizeToolName(name || "tool")``), so a name of only whitespace is ``""``.
+    """
+    normalized = js_trim(name or "tool").lower()
     return _ALIASES.get(normalized, normalized)
 
 

@@ -22,7 +22,7 @@ import msgspec
 
 from schemas.config import FleetConfig
 from schemas.events import EVENT_TYPES, EventDecodeError, ToolCall, run_key
-from schemas.verdicts import Detection, Verdict
+from schemas.verdicts import Detection, Verdict, encode_verdict
 from streams.detection import step
 from streams.worker.runcodec import RunValue, state_key
 from streams.worker.screening import dead_letter_value, screen
@@ -30,7 +30,6 @@ from streams.worker.screening import dead_letter_value, screen
 log = logging.getLogger(__name__)
 
 _TAGS = {cls: cls.__struct_config__.tag for cls in EVENT_TYPES}
-_verdict_encoder = msgspec.json.Encoder()
 
 
 class Record(Protocol):
@@ -146,7 +145,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
                                      dead_letter_value(exc, topic, partition, offset, raw), source))
             continue
         counts.types[_TAGS[type(event)]] += 1
-        rkey = run_key(event).encode("utf-8", "surrogatepass")
+        rkey = run_key(event).encode()
         if key is not None and key != rkey:
             counts.misrouted += 1
         slot = (partition, state_key(event))
@@ -186,9 +185,9 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             verdict = verdict_for(det, event, f"{source}:{index}", now)
             index += 1
             counts.verdicts[(det.action, det.detector)] += 1
-            outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(verdict), source, event.ts))
+            outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
         if index == 0 and isinstance(event, ToolCall) and event.await_decision:
             counts.verdicts[("allow", "none")] += 1
-            outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(allow_for(event, f"{source}:0", now)),
+            outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:0", now)),
                                      source, event.ts))
     return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts)

@@ -15,7 +15,9 @@ import msgspec
 
 from schemas.events import Event
 from schemas.events import state_key as event_state_key
+from schemas.jsvalues import js_loads_slow, json_bytes
 from streams.detection import RunState
+from streams.detection.state import pack, unpack
 
 
 class RunValue(msgspec.Struct, array_like=True):
@@ -24,24 +26,27 @@ class RunValue(msgspec.Struct, array_like=True):
     state: RunState | None = None
 
 
-_key_encoder = msgspec.json.Encoder()
 _key_decoder = msgspec.json.Decoder(tuple[str, str])
 _value_encoder = msgspec.msgpack.Encoder()
 _value_decoder = msgspec.msgpack.Decoder(RunValue)
 
 
 def state_key(event: Event) -> bytes:
-    """The table key: the same (session key, run scope) replay uses, as JSON bytes."""
-    return _key_encoder.encode(event_state_key(event))
+    """The table key: the same (session key, run scope) replay uses, as JSON bytes (lone surrogates escaped)."""
+    return json_bytes(event_state_key(event))
 
 
 def decode_key(raw: bytes) -> tuple[str, str]:
-    return _key_decoder.decode(raw)
+    try:
+        return _key_decoder.decode(raw)
+    except msgspec.DecodeError:  # a lone surrogate escape (json_bytes)
+        session, scope = js_loads_slow(raw)
+        return session, scope
 
 
 def encode_value(value: RunValue) -> bytes:
-    return _value_encoder.encode(value)
+    return pack(value, _value_encoder)  # total: a state may hold lone surrogates (names taken as sent)
 
 
 def decode_value(raw: bytes) -> RunValue:
-    return _value_decoder.decode(raw)
+    return unpack(raw, _value_decoder, RunValue)

@@ -19,11 +19,11 @@ from typing import Any
 import msgspec
 
 from schemas.events import Event, EventDecodeError, decode_event
+from schemas.jsvalues import json_bytes
 from schemas.verdicts import DeadLetter
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
-_encoder = msgspec.json.Encoder()
 
 
 def nesting_depth(raw: bytes) -> int:
@@ -57,7 +57,7 @@ def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
 
 
 def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
-    return _encoder.encode(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
+    return json_bytes(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
                                       partition=partition, offset=offset, raw=raw or b""))
 
 
@@ -74,4 +74,4 @@ def without_raw(out: Any) -> Any:
         return None
     note = f" [raw bytes omitted: {len(letter.raw)} bytes do not fit the dead-letter topic]"
     smaller = msgspec.structs.replace(letter, raw=b"", detail=(letter.detail + note)[:2000])
-    return msgspec.structs.replace(out, value=_encoder.encode(smaller))
+    return msgspec.structs.replace(out, value=json_bytes(smaller))

@@ -22,8 +22,15 @@ _js_decoder = msgspec.json.Decoder(float_hook=js_float)
 
 
 def js_loads(text: str | bytes) -> Any:
-    """JSON text -> Python value with the project's JavaScript number hook."""
-    return _js_decoder.decode(text)
+    """JSON text -> Python value with the project's JavaScript number hook.
+
+    Python's json reads the lone surrogate escapes that msgspec refuses (and
+    JSON.parse accepts), so payloads that carry them decode too.
+    """
+    try:
+        return _js_decoder.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text, parse_float=js_float)
 
 
 def sha(text: str) -> str:
