@@ -101,10 +101,17 @@ class LoopClient:
             bootstrap_servers=s.servers, linger_ms=s.linger_ms, acks=1, enable_idempotence=False,
             request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events", **kafka_auth(s),
         )
-        await self._producer.start()
         self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable)
         try:
+            await self._producer.start()
             await self._listener.start()
+        except (KafkaError, OSError) as exc:
+            await self.close()
+            if s.require_broker:
+                raise
+            # the agent must not fail because loopwarden is down: every check fails open, counted
+            log.warning("loopwarden broker unreachable, gate checks fail open: %r", exc)
+            self.stats.start_errors += 1
         except BaseException:
             await self.close()
             raise
@@ -296,6 +303,8 @@ class LoopClient:
                 stats.events_sent += 1
                 delivery.add_done_callback(lambda d: self._delivery_into(d, fut))
                 verdict: Verdict = await fut
+                if entry is not None and entry.state.aborted is not None and verdict.action != "abort":
+                    verdict = entry.state.aborted  # the run was aborted while this call waited
         except TimeoutError:
             stats.fail_open_timeout += 1
             stats.allowed += 1

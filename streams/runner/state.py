@@ -72,6 +72,7 @@ class ClientStats(msgspec.Struct, kw_only=True):
     callback_errors: int = 0
     encode_fallbacks: int = 0  # payload values sent as their repr (not JSON-encodable)
     acks_sent: int = 0
+    start_errors: int = 0  # start() found no broker: the client stays closed and every check fails open
 
     @property
     def fail_open(self) -> int:

@@ -238,3 +238,17 @@ async def test_gated_outcomes_are_acknowledged_by_the_client():
     acks = [(e.verdict_id, e.outcome) for e in sent if type(e).__name__ == "VerdictAck"]
     assert acks == [("b1", "applied"), ("b2", "failed"), ("x", "applied")]  # the abort once
     assert client.stats.acks_sent == 3
+
+
+async def test_start_with_no_broker_fails_open_unless_required():
+    from streams.broker import free_port
+
+    port = free_port()  # nothing listens there
+    client = await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000).start(), 30)
+    assert client.stats.start_errors == 1 and not client.listening
+    d = await client.run("a", run_id="r1").check("read", {"p": 1})
+    assert (d.action, d.source) == ("allow", "closed") and client.stats.fail_open == 1
+    await client.close()
+    with pytest.raises(Exception):
+        await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000,
+                                          require_broker=True).start(), 30)
