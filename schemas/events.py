@@ -60,8 +60,16 @@ class RunEnd(_EventBase, tag="run_end"):
     """The run is over; its state can go."""
 
 
-Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd]
-EVENT_TYPES: tuple[type, ...] = (ToolCall, ToolResult, CompactionRetry, RunEnd)
+class VerdictAck(_EventBase, tag="verdict_ack"):
+    """The runner acted on a verdict (``applied``) or could not (``failed``); detection ignores it."""
+
+    verdict_id: str
+    outcome: Literal["applied", "failed"]
+    detail: str | None = None
+
+
+Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd, VerdictAck]
+EVENT_TYPES: tuple[type, ...] = (ToolCall, ToolResult, CompactionRetry, RunEnd, VerdictAck)
 
 
 DeadLetterReason = Literal[

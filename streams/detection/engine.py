@@ -14,7 +14,7 @@ from typing import NamedTuple
 from msgspec import UNSET
 
 from schemas.config import ResolvedConfig
-from schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult
+from schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
 from schemas.verdicts import Detection
 from streams.detection import guard as guards
 from streams.detection.buckets import dedup_key, should_emit
@@ -108,6 +108,8 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig) -> StepRe
     """Apply one event of one run. ``state`` is mutated in place and returned."""
     if isinstance(event, RunEnd):
         return StepResult(None, NO_DETECTIONS)
+    if isinstance(event, VerdictAck):  # about a verdict, not the agent's work: no rule sees it
+        return StepResult(state, NO_DETECTIONS)
     if state is None:
         state = RunState()
     event_id = event.event_id

@@ -7,7 +7,14 @@ runner registers each run it drives (:meth:`LoopClient.run` returns a
 ``verdict_id``\\ s too (bounded LRU). Gate checks are correlated by
 (run key, ``tool_call_id``). loopwarden must never stop a healthy agent: a
 check that gets no answer within its timeout, or cannot be published,
-allows the call and is counted (:class:`~streams.runner.state.ClientStats`).
+allows the call and is counted (:class:`~streams.runner.state.ClientStats`),
+and so does a payload value that cannot be JSON-encoded (sent as its repr).
+
+Acknowledgements: when the runner reports what it did with a gated call
+(:meth:`LoopClient.tool_result` with the :class:`Decision`), the client sends
+``verdict_ack`` by itself: ``applied`` for a block or abort answered with the
+veto, ``failed`` when the tool ran anyway; :meth:`Run.end` acknowledges an
+abort. A warning's delivery only the runner sees: :meth:`LoopClient.ack`.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from schemas.verdicts import Verdict
 from streams.runner import wire
 from streams.runner.listener import VerdictListener
+from streams.runner.results import is_blocked_result
 from streams.runner.run import Run
 from streams.runner.settings import ClientSettings
 from streams.runner.state import ClientStats, Decision, RecentIds, RunState
@@ -80,6 +88,10 @@ class LoopClient:
         self._seen = RecentIds(self.settings.dedup_size)
         self._producer: AIOKafkaProducer | None = None
         self._listener: VerdictListener | None = None
+        self.encode = wire.PayloadEncoder(self._count_fallback)
+
+    def _count_fallback(self) -> None:
+        self.stats.encode_fallbacks += 1
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -89,10 +101,17 @@ class LoopClient:
             bootstrap_servers=s.servers, linger_ms=s.linger_ms, acks=1, enable_idempotence=False,
             request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events", **kafka_auth(s),
         )
-        await self._producer.start()
         self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable)
         try:
+            await self._producer.start()
             await self._listener.start()
+        except (KafkaError, OSError) as exc:
+            await self.close()
+            if s.require_broker:
+                raise
+            # the agent must not fail because loopwarden is down: every check fails open, counted
+            log.warning("loopwarden broker unreachable, gate checks fail open: %r", exc)
+            self.stats.start_errors += 1
         except BaseException:
             await self.close()
             raise
@@ -198,15 +217,45 @@ class LoopClient:
     async def tool_call(self, ref: wire.RunRef, tool_name: str, params: Any = None, *,
                         tool_call_id: str | None = None) -> ToolCall:
         """Publish a ``tool_call`` without waiting for a decision (its verdict, if any, updates run state)."""
-        call = wire.tool_call(ref, tool_name, params, tool_call_id=tool_call_id)
+        call = wire.tool_call(ref, tool_name, params, tool_call_id=tool_call_id, encode=self.encode)
         await self.publish(call)
         return call
 
-    async def tool_result(self, call: ToolCall, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
-        """Publish the outcome of ``call`` (same run, tool, id and params)."""
-        event = wire.result_for(call, result=result, error=error)
+    async def tool_result(self, call: ToolCall | Decision, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
+        """Publish the outcome of ``call`` (same run, tool, id and params).
+
+        Given the gate's :class:`Decision`, also acknowledge the block or abort it
+        answered: ``applied`` when ``result`` is the veto, else ``failed``.
+        """
+        decision = call if isinstance(call, Decision) else None
+        if decision is not None:
+            call = decision.call
+        event = wire.result_for(call, result=result, error=error, encode=self.encode)
         await self.publish(event)
+        if decision is not None and decision.action in ("block", "abort") and decision.verdict is not None:
+            if is_blocked_result(result):
+                await self._ack_once(decision.verdict, "applied", f"{decision.action}: tool not run")
+            else:
+                await self._ack_once(decision.verdict, "failed", f"{decision.action}: the tool ran anyway")
         return event
+
+    async def ack(self, verdict: Verdict, outcome: str = "applied", detail: str | None = None) -> bool:
+        """Publish a ``verdict_ack`` for ``verdict`` (keyed by its run)."""
+        ref = wire.RunRef(agent_id=verdict.agent_id, session_id=verdict.session_id, run_id=verdict.run_id)
+        sent = await self.publish(wire.verdict_ack(ref, verdict.verdict_id, outcome, detail))
+        if sent:
+            self.stats.acks_sent += 1
+        return sent
+
+    async def _ack_once(self, verdict: Verdict, outcome: str, detail: str) -> None:
+        """Ack; an abort (which answers every later check of its run) only the first time."""
+        if verdict.action == "abort":
+            state = self.state(wire.verdict_key(verdict))
+            if state is not None:
+                if state.abort_acked:
+                    return
+                state.abort_acked = True
+        await self.ack(verdict, outcome, detail)
 
     async def compaction_retry(self, ref: wire.RunRef, reason: str | None = None) -> None:
         await self.publish(wire.compaction_retry(ref, reason))
@@ -254,6 +303,8 @@ class LoopClient:
                 stats.events_sent += 1
                 delivery.add_done_callback(lambda d: self._delivery_into(d, fut))
                 verdict: Verdict = await fut
+                if entry is not None and entry.state.aborted is not None and verdict.action != "abort":
+                    verdict = entry.state.aborted  # the run was aborted while this call waited
         except TimeoutError:
             stats.fail_open_timeout += 1
             stats.allowed += 1
@@ -304,7 +355,9 @@ class LoopClient:
             stats.duplicates_dropped += 1
             return
         if waiter is not None and not waiter.done():
-            waiter.set_result(verdict)  # the gate acts on it; not remembered as pending
+            waiter.set_result(verdict)  # the gate acts on it; a block is not remembered as pending,
+            if entry is not None and verdict.action == "abort":
+                entry.state.apply(verdict)  # but an abort ends the run: every later check answers it
         elif entry is not None:
             entry.state.apply(verdict)
         if entry is None:

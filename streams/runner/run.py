@@ -47,7 +47,7 @@ class Run:
 
     def call(self, tool_name: str, params: Any = None, tool_call_id: str | None = None) -> ToolCall:
         """Build (not publish) a ``tool_call`` of this run."""
-        return wire.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id)
+        return wire.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id, encode=self.client.encode)
 
     async def check(self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
                     timeout: float | None = None) -> Decision:
@@ -57,14 +57,25 @@ class Run:
         return await self.client.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id)
 
     async def tool_result(self, call: ToolCall | Decision, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
-        if isinstance(call, Decision):
-            call = call.call
+        """Publish the call's outcome; given the gate's Decision, ack a block/abort it answered."""
         return await self.client.tool_result(call, result=result, error=error)
+
+    async def ack(self, verdict: Verdict | Decision, outcome: str = "applied", detail: str | None = None) -> bool:
+        """Acknowledge a verdict the runner acted on (e.g. a warning shown to the model)."""
+        if isinstance(verdict, Decision):
+            if verdict.verdict is None:
+                return False
+            verdict = verdict.verdict
+        return await self.client.ack(verdict, outcome, detail)
 
     async def compaction_retry(self, reason: str | None = None) -> None:
         await self.client.compaction_retry(self.ref, reason)
 
     async def end(self) -> None:
-        """Publish ``run_end`` and stop delivering this run's verdicts."""
+        """Publish ``run_end`` (after acking an abort: ending the run is how it is obeyed) and
+        stop delivering this run's verdicts."""
+        aborted = self.aborted
+        if aborted is not None:
+            await self.client._ack_once(aborted, "applied", "abort: run ended")
         await self.client.run_end(self.ref)
         self.client.unregister(self.key)

@@ -10,6 +10,9 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
   verdict hop; lower values only burn CPU on empty fetches.
 - ``check_timeout=2.0``: a gate never holds a run longer than this; past it
   the call is allowed (fail open) and counted.
+- ``require_broker=False``: a broker that cannot be reached at start does not
+  stop the agent; the client stays closed and every check fails open, counted
+  (``True`` makes ``start()`` raise instead).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class ClientSettings(SecuritySettings, kw_only=True):
     request_timeout_ms: int = 5000
     start_timeout: float = 15.0
     close_timeout: float = 3.0
+    require_broker: bool = False
     dedup_size: int = 65536
     client_id: str = "loopwarden-runner"
 

@@ -70,6 +70,9 @@ class ClientStats(msgspec.Struct, kw_only=True):
     foreign_dropped: int = 0
     undecodable: int = 0
     callback_errors: int = 0
+    encode_fallbacks: int = 0  # payload values sent as their repr (not JSON-encodable)
+    acks_sent: int = 0
+    start_errors: int = 0  # start() found no broker: the client stays closed and every check fails open
 
     @property
     def fail_open(self) -> int:
@@ -87,12 +90,13 @@ class RunState:
     - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded).
     """
 
-    __slots__ = ("pending_block", "aborted", "warnings")
+    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked")
 
     def __init__(self) -> None:
         self.pending_block: Verdict | None = None
         self.aborted: Verdict | None = None
         self.warnings: deque[Verdict] = deque(maxlen=64)
+        self.abort_acked = False  # the abort is acknowledged once, however many checks it answers
 
     def apply(self, verdict: Verdict) -> None:
         if verdict.action == "block":

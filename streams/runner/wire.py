@@ -3,19 +3,22 @@
 Every event gets ``ts`` (seconds since the epoch, for latency only) and a
 fresh ``event_id`` (uuid4: the worker drops a repeated one within a run, so
 a producer retry never counts a call twice). Payloads may be Python values
-or ready :class:`msgspec.Raw` JSON.
+or ready :class:`msgspec.Raw` JSON; :class:`PayloadEncoder` never raises on
+a value it cannot encode (loopwarden must not break a healthy agent).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable, Literal
 
 import msgspec
 from msgspec import UNSET, Raw
 
-from schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, key_for, payload
+from schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, VerdictAck, key_for
 from schemas.verdicts import Verdict
 
 
@@ -39,8 +42,64 @@ def verdict_key(verdict: Verdict, record_key: bytes | None = None) -> str:
     return RunRef(agent_id=verdict.agent_id, session_id=verdict.session_id, run_id=verdict.run_id).key
 
 
-def _raw(value: Any) -> Raw:
-    return value if isinstance(value, Raw) else payload(value)
+class PayloadEncoder:
+    """Python values to wire JSON, never raising.
+
+    msgspec encodes datetimes (RFC 3339), bytes (base64), dataclasses, enums,
+    UUIDs and sets natively. On top of that: ``str``/``int``/``float``
+    subclasses (smolagents' ``AgentText``) as their plain value, pydantic
+    models by ``model_dump(mode="json")``, paths as text, exceptions as
+    ``"Type: message"``. Anything else becomes its ``repr`` and so does a value
+    that cannot be encoded at all (a cycle): each such fallback calls
+    ``on_fallback`` (the client counts it).
+    """
+
+    def __init__(self, on_fallback: Callable[[], Any] | None = None) -> None:
+        self._on_fallback = on_fallback
+        self._encoder = msgspec.json.Encoder(enc_hook=self._hook)
+
+    def __call__(self, value: Any) -> Raw:
+        if isinstance(value, Raw):
+            return value
+        try:
+            return Raw(self._encoder.encode(value))
+        except Exception:  # noqa: BLE001 - a cycle, a hook that raised, an overflow: repr is the last resort
+            return Raw(self._encoder.encode(self._fallback(value)))
+
+    def _fallback(self, value: Any) -> str:
+        if self._on_fallback is not None:
+            self._on_fallback()
+        try:
+            return repr(value)
+        except Exception:  # noqa: BLE001
+            return f"<unrepresentable {type(value).__name__}>"
+
+    def _hook(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, bool):
+            return bool(value)
+        if isinstance(value, int):
+            return int(value)
+        if isinstance(value, float):
+            return float(value)
+        if isinstance(value, BaseException):
+            return f"{type(value).__name__}: {value}"
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        dump = getattr(value, "model_dump", None)  # pydantic v2
+        if callable(dump) and not isinstance(value, type):
+            try:
+                return dump(mode="json")
+            except Exception:  # noqa: BLE001
+                return self._fallback(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return self._fallback(value)
+
+
+_default_encoder = PayloadEncoder()
+Encode = Callable[[Any], Raw]
 
 
 def _stamp() -> dict[str, Any]:
@@ -52,30 +111,31 @@ def new_call_id() -> str:
 
 
 def tool_call(run: RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
-              await_decision: bool = False) -> ToolCall:
+              await_decision: bool = False, encode: Encode = _default_encoder) -> ToolCall:
     """A ``tool_call``; a missing ``tool_call_id`` gets a fresh one (gate mode correlates on it)."""
     return ToolCall(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
                     tool_name=tool_name, tool_call_id=tool_call_id or new_call_id(),
-                    params=UNSET if params is None else _raw(params), await_decision=await_decision,
+                    params=UNSET if params is None else encode(params), await_decision=await_decision,
                     **_stamp())
 
 
 def tool_result(run: RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
-                result: Any = UNSET, error: Any = UNSET) -> ToolResult:
+                result: Any = UNSET, error: Any = UNSET, encode: Encode = _default_encoder) -> ToolResult:
     """A ``tool_result``: pass ``result`` for an outcome, ``error`` when the tool threw."""
     return ToolResult(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
                       tool_name=tool_name, tool_call_id=tool_call_id,
-                      params=UNSET if params is None else _raw(params),
-                      result=UNSET if result is UNSET else _raw(result),
-                      error=UNSET if error is UNSET else _raw(error), **_stamp())
+                      params=UNSET if params is None else encode(params),
+                      result=UNSET if result is UNSET else encode(result),
+                      error=UNSET if error is UNSET else encode(error), **_stamp())
 
 
-def result_for(call: ToolCall, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
+def result_for(call: ToolCall, *, result: Any = UNSET, error: Any = UNSET,
+               encode: Encode = _default_encoder) -> ToolResult:
     """The ``tool_result`` of a published call: same run, tool, id and params."""
     return ToolResult(agent_id=call.agent_id, session_id=call.session_id, run_id=call.run_id,
                       tool_name=call.tool_name, tool_call_id=call.tool_call_id, params=call.params,
-                      result=UNSET if result is UNSET else _raw(result),
-                      error=UNSET if error is UNSET else _raw(error), **_stamp())
+                      result=UNSET if result is UNSET else encode(result),
+                      error=UNSET if error is UNSET else encode(error), **_stamp())
 
 
 def compaction_retry(run: RunRef, reason: str | None = None) -> CompactionRetry:
@@ -85,3 +145,10 @@ def compaction_retry(run: RunRef, reason: str | None = None) -> CompactionRetry:
 
 def run_end(run: RunRef) -> RunEnd:
     return RunEnd(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id, **_stamp())
+
+
+def verdict_ack(run: RunRef, verdict_id: str, outcome: Literal["applied", "failed"],
+                detail: str | None = None) -> VerdictAck:
+    """The runner acted on verdict ``verdict_id`` (``applied``) or could not (``failed``)."""
+    return VerdictAck(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
+                      verdict_id=verdict_id, outcome=outcome, detail=detail, **_stamp())

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
@@ -56,13 +56,13 @@ async def _main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from streams.devtools.broker import EmbeddedBroker
     from streams.runner import LoopClient
-    from tests.integration.support import Names, WorkerProcess  # the tests' worker launcher
+    from streams.devtools.processes import TopicNames, WorkerProcess
 
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         config = Path(tmp) / "loop.json"
         config.write_text(json.dumps(CONFIG))
-        names = Names("toy")
-        worker = WorkerProcess(broker.bootstrap, names, Path(tmp) / "data", config=config)
+        names = TopicNames(f"toy-{uuid.uuid4().hex[:6]}")
+        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config)
         worker.start()
         try:
             worker.wait_ready()

@@ -151,3 +151,126 @@ def test_one_bootstrap_parser():
     assert servers("kafka://a:1, b:2,,") == ["a:1", "b:2"]
     assert ClientSettings(bootstrap="kafka://a:1,b:2").servers == ["a:1", "b:2"]
     assert Settings(broker="kafka://a:1,kafka://b:2").bootstrap == "a:1,b:2"
+
+
+async def test_an_abort_that_answers_a_gate_is_remembered():
+    client = LoopClient(bootstrap="kafka://127.0.0.1:1")  # not started: any publish would be counted
+    run = client.run("a", run_id="r1")
+    fut = asyncio.get_running_loop().create_future()
+    client._waiters[("r1", "c1")] = fut
+    abort = verdict("x", "abort", tool_call_id="c1", detector="compaction_loop_persisted")
+    client._on_verdict(b"r1", abort)
+    assert fut.result() is abort and run.aborted is abort
+    before = msgspec.structs.asdict(client.stats)
+    d = await run.check("read", {"p": 3})
+    assert (d.action, d.source, d.verdict) == ("abort", "aborted", abort)
+    after = client.stats
+    assert (after.events_sent, after.send_errors, after.fail_open_error) == (
+        before["events_sent"], before["send_errors"], before["fail_open_error"])
+
+
+class _AgentText(str):
+    """Like smolagents' AgentText: a str subclass with its own repr."""
+
+    def __repr__(self) -> str:
+        return f"AgentText({str(self)!r})"
+
+
+async def test_unencodable_payloads_never_raise_and_fallbacks_are_counted():
+    import dataclasses
+    import datetime
+    import pathlib
+
+    import pydantic
+
+    @dataclasses.dataclass
+    class Row:
+        n: int
+        when: datetime.date
+
+    class Model(pydantic.BaseModel):
+        name: str
+        tags: set[str]
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<Opaque>"
+
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    client = LoopClient(bootstrap="kafka://127.0.0.1:1")
+    run = client.run("a", run_id="r1")
+    value = {"text": _AgentText("done"), "when": when, "raw": b"\x00\xff", "row": Row(1, when.date()),
+             "model": Model(name="m", tags={"t"}), "path": pathlib.PurePosixPath("/tmp/x"),
+             _AgentText("key"): 1, "opaque": Opaque()}
+    call = run.call("read", value)  # params
+    decoded = msgspec.json.decode(bytes(call.params))
+    assert decoded["text"] == "done" and decoded["key"] == 1  # a str subclass is its text, not its repr
+    assert decoded["when"] == "2026-01-02T03:04:05Z" and decoded["raw"] == "AP8="
+    assert decoded["row"] == {"n": 1, "when": "2026-01-02"} and decoded["model"] == {"name": "m", "tags": ["t"]}
+    assert decoded["path"] == "/tmp/x" and decoded["opaque"] == "<Opaque>"
+    assert client.stats.encode_fallbacks == 1
+    event = await client.tool_result(call, result=Opaque(), error=ValueError("boom"))
+    assert msgspec.json.decode(bytes(event.result)) == "<Opaque>"
+    assert msgspec.json.decode(bytes(event.error)) == "ValueError: boom"
+    assert client.stats.encode_fallbacks == 2
+    cyclic: list = []
+    cyclic.append(cyclic)
+    d = await run.check("read", cyclic)  # the whole value cannot be encoded: its repr goes instead
+    assert d.action == "allow" and msgspec.json.decode(bytes(d.call.params)) == "[[...]]"
+    assert client.stats.encode_fallbacks == 3
+
+
+def test_a_verdict_ack_passes_through_the_engine_untouched():
+    from schemas.config import FleetConfig
+    from streams.detection import RunState as EngineState, encode_state, step
+
+    ref = wire.RunRef(agent_id="a", run_id="r1")
+    ack = decode_event(encode_event(wire.verdict_ack(ref, "t:0:5:0", "applied", "block: tool not run")))
+    assert (ack.verdict_id, ack.outcome, run_key(ack)) == ("t:0:5:0", "applied", "r1")
+    config = FleetConfig().resolve("a")
+    assert step(None, ack, config) == (None, (), False, False)  # no state is made for it
+    state = EngineState()
+    step(state, wire.tool_call(ref, "read", {"p": 1}), config)
+    before = encode_state(state)
+    result = step(state, ack, config)
+    assert result.state is state and not result.detections and encode_state(state) == before
+
+
+async def test_gated_outcomes_are_acknowledged_by_the_client():
+    client = LoopClient(bootstrap="kafka://127.0.0.1:1")
+    sent: list = []
+
+    async def publish(event):
+        sent.append(event)
+        return True
+
+    client.publish = publish  # not started: capture what would be published
+    run = client.run("a", run_id="r1")
+    client._on_verdict(b"r1", verdict("b1", "block", tool_call_id="earlier"))
+    d = await run.check("read", {"p": 1})
+    await run.tool_result(d, result=d.blocked_result())
+    client._on_verdict(b"r1", verdict("b2", "block", tool_call_id="earlier2"))
+    d = await run.check("read", {"p": 1})
+    await run.tool_result(d, result={"content": "ran anyway"})
+    client._on_verdict(b"r1", verdict("x", "abort"))
+    for _ in range(2):
+        d = await run.check("read", {"p": 2})
+        await run.tool_result(d, result=d.blocked_result())
+    await run.end()
+    acks = [(e.verdict_id, e.outcome) for e in sent if type(e).__name__ == "VerdictAck"]
+    assert acks == [("b1", "applied"), ("b2", "failed"), ("x", "applied")]  # the abort once
+    assert client.stats.acks_sent == 3
+
+
+async def test_start_with_no_broker_fails_open_unless_required():
+    from streams.devtools.broker import free_port
+
+    port = free_port()  # nothing listens there
+    client = await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000).start(), 30)
+    assert client.stats.start_errors == 1 and not client.listening
+    d = await client.run("a", run_id="r1").check("read", {"p": 1})
+    assert (d.action, d.source) == ("allow", "closed") and client.stats.fail_open == 1
+    await client.close()
+    with pytest.raises(Exception):
+        await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000,
+                                          require_broker=True).start(), 30)

@@ -1,0 +1,101 @@
+"""What every framework adapter does, written once: gate a call, publish its outcome, ack.
+
+An adapter maps its framework's notions (a tool call and its id, a thread
+or trace, an agent name) to a :class:`~streams.runner.wire.RunRef` and to
+these calls; how the answer reaches the model (a tool message, a rejected
+guardrail, a returned value) and how a run ends are the framework's own.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from msgspec import UNSET
+
+from streams.runner.state import Decision
+
+if TYPE_CHECKING:
+    from streams.runner.client import LoopClient
+    from streams.runner.run import Run
+    from streams.runner.wire import RunRef
+
+WARN_PREFIX = "\n\n[loopwarden] "
+
+
+def warning_note(decision: Decision) -> str:
+    """The text appended to a warned call's result (the model reads it with the result)."""
+    return WARN_PREFIX + (decision.message or "Warning: this looks like a tool-call loop.")
+
+
+def block_message(decision: Decision) -> str:
+    """What the model gets instead of a refused call's result."""
+    return decision.message or "Tool call blocked by loop detection."
+
+
+class Gate:
+    """Runs by key (registered once, bounded), decisions for calls that have not finished yet."""
+
+    def __init__(self, client: "LoopClient", *, timeout: float | None = None, max_runs: int = 4096,
+                 max_pending: int = 4096) -> None:
+        self.client = client
+        self.timeout = timeout
+        self._runs: OrderedDict[str, "Run"] = OrderedDict()
+        self._max_runs = max(1, max_runs)
+        self._pending: OrderedDict[str, Decision] = OrderedDict()
+        self._max_pending = max(1, max_pending)
+
+    def run(self, ref: "RunRef") -> "Run":
+        run = self._runs.get(ref.key)
+        if run is None:
+            run = self._runs[ref.key] = self.client.run(ref.agent_id, ref.session_id, ref.run_id)
+            if len(self._runs) > self._max_runs:  # a runner that never ends its runs stays bounded
+                _key, old = self._runs.popitem(last=False)
+                self.client.unregister(old.key)
+        else:
+            self._runs.move_to_end(ref.key)
+        return run
+
+    async def check(self, ref: "RunRef", tool_name: str, args: Any, call_id: str | None) -> Decision:
+        """Gate one call (never raises: loopwarden trouble allows the call)."""
+        try:
+            return await self.run(ref).check(tool_name, args, tool_call_id=call_id, timeout=self.timeout)
+        except Exception:  # noqa: BLE001 - a bug here must not break the agent
+            self.client.stats.fail_open_error += 1
+            call = self.run(ref).call(tool_name, None, call_id)
+            return Decision(action="allow", source="error", call=call)
+
+    async def refused(self, decision: Decision) -> None:
+        """The call did not run: publish the veto as its result (acks the block/abort)."""
+        await self._quiet(self.client.tool_result(decision, result=decision.blocked_result()))
+
+    async def finished(self, decision: Decision, *, result: Any = UNSET, error: Any = UNSET,
+                       warned: bool = False) -> None:
+        """The call ran: publish its outcome; ack a warning that reached the model with it."""
+        await self._quiet(self.client.tool_result(decision, result=result, error=error))
+        if warned and decision.action == "warn" and decision.verdict is not None:
+            await self._quiet(self.client.ack(decision.verdict, "applied", "warning appended to the call's result"))
+
+    async def compaction_retry(self, ref: "RunRef", reason: str | None = None) -> None:
+        await self._quiet(self.run(ref).compaction_retry(reason))
+
+    async def end(self, ref: "RunRef") -> None:
+        """Publish ``run_end`` (acks an abort) and forget the run."""
+        run = self._runs.pop(ref.key, None) or self.client.run(ref.agent_id, ref.session_id, ref.run_id)
+        await self._quiet(run.end())
+
+    # decisions between "before the tool" and "after the tool" hooks (frameworks that split them)
+
+    def hold(self, call_id: str, decision: Decision) -> None:
+        self._pending[call_id] = decision
+        if len(self._pending) > self._max_pending:
+            self._pending.popitem(last=False)
+
+    def take(self, call_id: str) -> Decision | None:
+        return self._pending.pop(call_id, None)
+
+    async def _quiet(self, awaitable: Any) -> None:
+        try:
+            await awaitable
+        except Exception:  # noqa: BLE001 - publishing must never break the agent
+            self.client.stats.send_errors += 1

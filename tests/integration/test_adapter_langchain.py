@@ -1,0 +1,132 @@
+"""LangChain v1 ``create_agent`` + LoopwardenMiddleware, GenericFakeChatModel, real worker on Tansu."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("langchain.agents")
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.prebuilt import ToolNode  # noqa: E402
+
+from streams.runner.integrations.langchain import LoopwardenMiddleware  # noqa: E402
+from streams.runner.wire import RunRef  # noqa: E402
+
+from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
+                            closed_port_client, rid, worker_fixture)
+
+pytestmark = pytest.mark.integration
+worker = worker_fixture("lc")
+
+
+class ScriptedChat(GenericFakeChatModel):
+    """langchain-core's fake chat model; tools are bound by create_agent, the script ignores them."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def script(n: int, args: dict) -> ScriptedChat:
+    calls = [AIMessage(content="", tool_calls=[{"name": "lookup", "args": args, "id": f"call_{i}"}])
+             for i in range(n)]
+    return ScriptedChat(messages=iter([*calls, AIMessage(content="giving up")]))
+
+
+def counting_tool():
+    runs = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        runs.append(q)
+        return "status: pending"
+
+    return lookup, runs
+
+
+def config_for(thread: str) -> tuple[dict, str]:
+    run = uuid.uuid4()
+    return {"configurable": {"thread_id": thread}, "run_id": run}, str(run)
+
+
+def tool_texts(messages) -> dict[str, str]:
+    return {m.tool_call_id: m.content if isinstance(m.content, str) else str(m.content)
+            for m in messages if isinstance(m, ToolMessage)}
+
+
+async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):
+    lookup, runs = counting_tool()
+    async with client_for(tansu, worker) as client:
+        mw = LoopwardenMiddleware(client, agent_id="lc-agent", timeout=10.0)
+        agent = create_agent(script(REPEATS, {"q": "job 42"}), [lookup], middleware=[mw])
+        config, _run = config_for(rid("lc-thread"))
+        out = await agent.ainvoke({"messages": [("user", "poll the job")]}, config=config)
+        texts = tool_texts(out["messages"])
+        assert_repeat_outcome([texts[f"call_{i}"] for i in range(REPEATS)], len(runs))
+        blocked = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "call_20"][0]
+        assert blocked.status == "error" and blocked.name == "lookup"
+        assert out["messages"][-1].content == "giving up"  # a block does not end the run
+        s = client.stats
+        assert (s.checks, s.blocked, s.warned, s.fail_open) == (REPEATS, REPEATS - 20, 1, 0)
+        assert s.acks_sent == 1 + (REPEATS - 20)  # the warning delivered, each block obeyed
+
+
+async def test_compaction_loop_ends_the_run_by_abort(tansu, worker):
+    lookup, runs = counting_tool()
+    async with client_for(tansu, worker) as client:
+        mw = LoopwardenMiddleware(client, agent_id="lc-agent", timeout=10.0)
+        model = script(8, {"q": "huge.log"})
+        agent = create_agent(model, [lookup], middleware=[mw])
+        thread = rid("lc-compact")
+        config, run_id = config_for(thread)
+        await mw.gate.compaction_retry(RunRef(agent_id="lc-agent", session_id=thread, run_id=run_id), "overflow")
+        out = await agent.ainvoke({"messages": [("user", "read the log")]}, config=config)
+        assert len(runs) == GUARD_WINDOW  # the same call and outcome 3 times after compaction
+        last = out["messages"][-1]
+        assert isinstance(last, ToolMessage) and last.tool_call_id == f"call_{GUARD_WINDOW}"
+        assert "compaction" in last.content.lower()  # the abort's message, as that call's result
+        assert client.stats.aborted == 1 and client.stats.acks_sent == 1
+        # 9 scripted answers; the model answered the 3 runs and the aborted call, then was not called again
+        assert len(list(model.messages)) == 9 - (GUARD_WINDOW + 1)
+
+
+async def test_tool_node_in_a_hand_built_graph(tansu, worker):
+    lookup, runs = counting_tool()
+    async with client_for(tansu, worker) as client:
+        mw = LoopwardenMiddleware(client, agent_id="lc-graph", timeout=10.0)
+        model = script(REPEATS, {"q": "job 7"})
+
+        async def call_model(state: MessagesState):
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        def route(state: MessagesState):
+            return "tools" if state["messages"][-1].tool_calls else END
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("model", call_model)
+        graph.add_node("tools", ToolNode([lookup], awrap_tool_call=mw.awrap_tool_call))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", route)
+        graph.add_edge("tools", "model")
+        config, _run = config_for(rid("lc-graph"))
+        out = await graph.compile().ainvoke({"messages": [("user", "poll")]}, config=config)
+        texts = tool_texts(out["messages"])
+        assert_repeat_outcome([texts[f"call_{i}"] for i in range(REPEATS)], len(runs))
+
+
+async def test_broker_down_calls_go_ahead(tmp_path):
+    lookup, runs = counting_tool()
+    async with closed_port_client() as client:
+        mw = LoopwardenMiddleware(client, agent_id="lc-open")
+        agent = create_agent(script(REPEATS, {"q": "x"}), [lookup], middleware=[mw])
+        config, _run = config_for(rid("lc-open"))
+        out = await agent.ainvoke({"messages": [("user", "go")]}, config=config)
+        assert len(runs) == REPEATS and out["messages"][-1].content == "giving up"
+        assert client.stats.fail_open == REPEATS and client.stats.start_errors == 1
+        assert not any(BLOCK_TEXT in str(m.content) for m in out["messages"])

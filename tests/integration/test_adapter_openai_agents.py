@@ -1,0 +1,112 @@
+"""OpenAI Agents SDK + loopwarden guardrails, the SDK's ScriptedModel, real worker on Tansu."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("agents.testing")
+
+from agents import Agent, RunConfig, Runner, ToolInputGuardrailTripwireTriggered, function_tool  # noqa: E402
+from agents.items import ToolCallOutputItem  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from streams.runner.integrations.openai_agents import guard_agent  # noqa: E402
+from streams.runner.wire import RunRef  # noqa: E402
+
+from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
+                            closed_port_client, rid, worker_fixture)
+
+pytestmark = pytest.mark.integration
+worker = worker_fixture("oa")
+
+
+def scripted(n: int, args: dict) -> ScriptedModel:
+    steps = [[function_call("lookup", args, call_id=f"call_{i}")] for i in range(n)]
+    return ScriptedModel([*steps, [assistant_message("giving up")]])
+
+
+def agent_with_counting_tool(model: ScriptedModel, fail: bool = False) -> tuple[Agent, list]:
+    runs: list = []
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        runs.append(q)
+        if fail:
+            raise RuntimeError("backend down")
+        return "status: pending"
+
+    return Agent(name="oa-agent", tools=[lookup], model=model), runs
+
+
+def run_config(thread: str) -> tuple[RunConfig, str]:
+    trace_id = f"trace_{uuid.uuid4().hex}"
+    return RunConfig(group_id=thread, trace_id=trace_id, tracing_disabled=True), trace_id
+
+
+def outputs(result) -> dict[str, str]:
+    return {item.raw_item["call_id"]: str(item.output) for item in result.new_items
+            if isinstance(item, ToolCallOutputItem)}
+
+
+async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):
+    agent, runs = agent_with_counting_tool(scripted(REPEATS, {"q": "job 42"}))
+    async with client_for(tansu, worker) as client:
+        lw = guard_agent(agent, client, timeout=10.0)
+        config, _trace = run_config(rid("oa-thread"))
+        result = await Runner.run(agent, "poll the job", run_config=lw.run_config(config), max_turns=REPEATS + 5)
+        out = outputs(result)
+        assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(runs))
+        assert result.final_output == "giving up"  # a block does not end the run
+        s = client.stats
+        assert (s.checks, s.blocked, s.warned, s.fail_open) == (REPEATS, REPEATS - 20, 1, 0)
+        assert s.acks_sent == 1 + (REPEATS - 20)
+
+
+async def test_compaction_loop_ends_the_run_by_abort(tansu, worker):
+    model = scripted(8, {"q": "huge.log"})
+    agent, runs = agent_with_counting_tool(model)
+    async with client_for(tansu, worker) as client:
+        lw = guard_agent(agent, client, timeout=10.0)
+        thread = rid("oa-compact")
+        config, trace_id = run_config(thread)
+        await lw.compaction_retry(RunRef(agent_id="oa-agent", session_id=thread, run_id=trace_id), "overflow")
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as info:
+            await Runner.run(agent, "read the log", run_config=lw.run_config(config), max_turns=20)
+        decision = info.value.output.output_info
+        assert decision.action == "abort" and decision.verdict.detector == "compaction_loop_persisted"
+        assert decision.call.tool_call_id == f"call_{GUARD_WINDOW}"
+        assert len(runs) == GUARD_WINDOW and len(model.calls) == GUARD_WINDOW + 1
+        assert client.stats.acks_sent == 1
+
+
+async def test_tool_errors_are_published_as_errors(tansu, worker):
+    agent, runs = agent_with_counting_tool(scripted(2, {"q": "x"}), fail=True)
+    async with client_for(tansu, worker) as client:
+        lw = guard_agent(agent, client, timeout=10.0)
+        sent: list = []
+        publish = client.publish
+
+        async def spy(event):
+            sent.append(event)
+            return await publish(event)
+
+        client.publish = spy
+        config, _trace = run_config(rid("oa-error"))
+        result = await Runner.run(agent, "go", run_config=lw.run_config(config), max_turns=5)
+        assert len(runs) == 2 and result.final_output == "giving up"
+        errors = [bytes(e.error) for e in sent if type(e).__name__ == "ToolResult"]
+        assert errors == [b'"RuntimeError: backend down"'] * 2
+
+
+async def test_broker_down_calls_go_ahead():
+    agent, runs = agent_with_counting_tool(scripted(REPEATS, {"q": "x"}))
+    async with closed_port_client() as client:
+        lw = guard_agent(agent, client)
+        config, _trace = run_config(rid("oa-open"))
+        result = await Runner.run(agent, "go", run_config=lw.run_config(config), max_turns=REPEATS + 5)
+        assert len(runs) == REPEATS and result.final_output == "giving up"
+        assert client.stats.fail_open == REPEATS and client.stats.start_errors == 1
+        assert not any(BLOCK_TEXT in text for text in outputs(result).values())

@@ -1,0 +1,101 @@
+"""PydanticAI + LoopwardenCapability, pydantic-ai's FunctionModel, real worker on Tansu."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("pydantic_ai.capabilities")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
+from pydantic_ai.exceptions import RunCancelled  # noqa: E402
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
+from pydantic_ai.models.function import FunctionModel  # noqa: E402
+
+from streams.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
+
+from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
+                            closed_port_client, rid, worker_fixture)
+
+pytestmark = pytest.mark.integration
+worker = worker_fixture("pa")
+
+
+def scripted(n: int, args: dict) -> tuple[FunctionModel, list]:
+    """A model that asks for the same call ``n`` times, then answers; records each request."""
+    requests: list = []
+
+    def respond(messages, info):
+        requests.append(messages)
+        i = len(requests) - 1
+        if i < n:
+            return ModelResponse(parts=[ToolCallPart("lookup", args, tool_call_id=f"call_{i}")])
+        return ModelResponse(parts=[TextPart("giving up")])
+
+    return FunctionModel(respond), requests
+
+
+def agent_for(model: FunctionModel, *capabilities) -> tuple[Agent, list]:
+    runs: list = []
+    agent = Agent(model, name="pa-agent", capabilities=list(capabilities))
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        """Look something up."""
+        runs.append(q)
+        return "status: pending"
+
+    return agent, runs
+
+
+def returns(messages) -> dict[str, str]:
+    return {part.tool_call_id: part.model_response_str() for m in messages for part in m.parts
+            if isinstance(part, ToolReturnPart)}
+
+
+async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):
+    model, _requests = scripted(REPEATS, {"q": "job 42"})
+    async with client_for(tansu, worker) as client:
+        lw = LoopwardenCapability(client, timeout=10.0)
+        agent, runs = agent_for(model, lw)
+        result = await agent.run("poll the job", conversation_id=rid("pa-thread"))
+        out = returns(result.all_messages())
+        assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(runs))
+        assert result.output == "giving up"  # a block does not end the run
+        s = client.stats
+        assert (s.checks, s.blocked, s.warned, s.fail_open) == (REPEATS, REPEATS - 20, 1, 0)
+        assert s.acks_sent == 1 + (REPEATS - 20)
+
+
+class Compacted(AbstractCapability):
+    """Stands in for a history compaction at the start of the run: tells loopwarden."""
+
+    def __init__(self, lw: LoopwardenCapability) -> None:
+        self.lw = lw
+
+    async def before_run(self, ctx) -> None:
+        await self.lw.compaction_retry(ctx, "overflow")
+
+
+async def test_compaction_loop_ends_the_run_by_abort(tansu, worker):
+    model, requests = scripted(8, {"q": "huge.log"})
+    async with client_for(tansu, worker) as client:
+        lw = LoopwardenCapability(client, timeout=10.0)
+        agent, runs = agent_for(model, lw, Compacted(lw))
+        with pytest.raises(RunCancelled):
+            await agent.run("read the log", conversation_id=rid("pa-compact"), run_id=uuid.uuid4().hex)
+        assert len(runs) == GUARD_WINDOW and len(requests) == GUARD_WINDOW + 1
+        s = client.stats
+        assert s.aborted == 1 and s.acks_sent == 1
+
+
+async def test_broker_down_calls_go_ahead():
+    model, _requests = scripted(REPEATS, {"q": "x"})
+    async with closed_port_client() as client:
+        agent, runs = agent_for(model, LoopwardenCapability(client))
+        result = await agent.run("go")
+        assert len(runs) == REPEATS and result.output == "giving up"
+        assert client.stats.fail_open == REPEATS and client.stats.start_errors == 1
+        assert not any(BLOCK_TEXT in text for text in returns(result.all_messages()).values())
