@@ -234,8 +234,8 @@ class FleetConfig:
         return FleetConfig(self.global_block, agents, self.global_ext, agent_ext)
 
 
-def parse_config_text(text: str) -> Any:
-    """Parse JSON or JSON5 text (JSON is a subset of JSON5)."""
+def parse_config_text(text: str, name: str | None = None) -> Any:
+    """Parse JSON or JSON5 text (JSON is a subset of JSON5); errors name ``name`` and the line."""
     import pyjson5
 
     try:
@@ -252,7 +252,7 @@ def parse_config_text(text: str) -> Any:
     try:
         return pyjson5.decode(_OVERFLOW_NUMERAL.sub(_infinity, text))
     except Exception:
-        raise ConfigError(f"not valid JSON/JSON5: {error}") from None
+        raise ConfigError(_parse_error(text, error, name)) from None
 
 
 # Strings and comments are matched (and kept) so that only numerals are rewritten.
@@ -270,12 +270,33 @@ def _infinity(match: re.Match) -> str:
     return "-Infinity" if token[0] == "-" else "Infinity"
 
 
+def _parse_error(text: str, exc: Exception, name: str | None) -> str:
+    """``FILE line N: not valid JSON/JSON5: reason`` from pyjson5's ``(message, partial, char)`` args."""
+    import re
+
+    message = str(exc.args[0]) if exc.args else str(exc)
+    where = name or "config"
+    found = re.search(r" near (\d+)", message)
+    if found:  # pyjson5 gives a 1-based character position
+        pos = max(int(found.group(1)) - 1, 0)
+        where += f" line {text.count(chr(10), 0, pos) + 1}"
+        message = message[:found.start()] + message[found.end():]
+    message = re.sub(r"b'([^']*)'", r"\1", message)  # "Stray b'comma'" -> "Stray comma"
+    message = re.sub(r"U\+([0-9A-F]{4,6})", lambda m: repr(chr(int(m.group(1), 16))), message)
+    return f"{where}: not valid JSON/JSON5: {message}"
+
+
+def read_config_document(path: str | Path) -> Any:
+    """The parsed document of a config file (ConfigError names the file, and the line when it is malformed)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    return parse_config_text(text, str(path))
+
+
 def load_config(path: str | Path | None) -> FleetConfig:
     """Read an OpenClaw-shaped config file; ``None`` gives the defaults."""
     if path is None:
         return FleetConfig()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
-    return FleetConfig.from_document(parse_config_text(text))
+    return FleetConfig.from_document(read_config_document(path))

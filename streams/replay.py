@@ -10,7 +10,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from schemas.config import ConfigError, FleetConfig, load_config
+
+from schemas.config import FleetConfig
 from schemas.events import EventDecodeError, decode_event, state_key
 from schemas.jsvalues import js_trim, json_bytes
 from schemas.verdicts import Detection
@@ -30,9 +31,10 @@ def is_blank(line: str | bytes) -> bool:
 class BadLine(NamedTuple):
     """A line that is not a valid event (reported, skipped)."""
 
-    event_index: int
+    event_index: int  # among non-blank lines, from 0 (as in the output rows)
     reason: str
     detail: str
+    line: int = 0  # the file's line number, from 1 (what an editor shows)
 
 
 def detection_row(index: int, event, det: Detection) -> dict:
@@ -60,14 +62,14 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
     """Yield a row per detection and a :class:`BadLine` per invalid line, in input order."""
     states: dict[tuple[str, str], RunState] = {}
     index = -1
-    for line in lines:
+    for lineno, line in enumerate(lines, 1):
         if is_blank(line):
             continue
         index += 1
         try:
             event = decode_event(line)
         except EventDecodeError as exc:
-            yield BadLine(index, exc.reason, exc.detail)
+            yield BadLine(index, exc.reason, exc.detail, lineno)
             continue
         key = state_key(event)
         result = step(states.get(key), event, config.resolve(event.agent_id))
@@ -79,24 +81,40 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
             yield detection_row(index, event, det)
 
 
+def load_checked_config(path: str | None, prog: str) -> FleetConfig | None:
+    """The config with :mod:`schemas.config_check`'s warnings printed to stderr; ``None`` if unusable."""
+    if path is None:
+        return FleetConfig()
+    from schemas.config_check import check_file
+
+    config, report = check_file(path)
+    for text in report.errors:
+        print(f"{prog}: {text}", file=sys.stderr)
+    for text in report.warnings:
+        print(f"{prog}: config warning: {text}", file=sys.stderr)
+    return config
+
+
 def run(args) -> int:
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"loopwarden replay: {exc}", file=sys.stderr)
+    config = load_checked_config(args.config, "loopwarden replay")
+    if config is None:
         return 2
-    try:
-        source = open(args.events, "rb")
-    except OSError as exc:
-        print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
-        return 2
+    if args.events == "-":
+        source = sys.stdin.buffer
+    else:
+        try:
+            source = open(args.events, "rb")
+        except OSError as exc:
+            print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
+            return 2
     encode = json_bytes  # tool names and ids are taken as sent, lone surrogates included
     out = sys.stdout.buffer
     try:
         with source:
             for item in replay_lines(source, config):
                 if isinstance(item, BadLine):
-                    print(f"event {item.event_index}: {item.reason}: {item.detail}", file=sys.stderr)
+                    print(f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
+                          file=sys.stderr)
                 else:
                     out.write(encode(item) + b"\n")
         out.flush()
@@ -112,6 +130,6 @@ def register(sub) -> None:
         description="Replay EVENTS.jsonl through the detection engine offline (no broker). "
         "Prints one JSON line per detection, emitted or not; bad lines go to stderr.",
     )
-    p.add_argument("events", metavar="EVENTS.jsonl")
+    p.add_argument("events", metavar="EVENTS.jsonl", help="the trace, one event per line; - reads standard input")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
     p.set_defaults(func=run)

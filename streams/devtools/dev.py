@@ -18,11 +18,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+BREAKER_AGENT = "ops-poller"
 DEV_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
-    "agents": {"list": [{"id": "agent-0001", "tools": {"loopDetection": {"warningThreshold": 5,
-                                                                         "criticalThreshold": 8}}}]},
+    "agents": {"list": [
+        # lowered thresholds: this agent's loops are blocked at count 8 (and never warned: warnings go out at 10, 20, ...)
+        {"id": "agent-0001", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}},
+        # its stuck poll is not caught by known_poll_no_progress, so the global circuit breaker stops it at 30
+        {"id": BREAKER_AGENT, "tools": {"loopDetection": {"detectors": {"knownPollNoProgress": False}}}},
+    ]},
 }
+PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not a terminal
+
+# What the screen shows; the README's first screen says the same.
+LEGEND = (
+    "action   warn: a note to the model · block: call refused · abort: run stopped",
+    "         allow: a gated call may go ahead · detector: the rule that fired",
+    "n        verdicts so far · count: identical calls before it (warn 10, block 20)",
+)
+KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,15 +53,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-class View:
-    """State of the live view; :meth:`render` builds the rich renderable."""
+def config_notes(doc: Any) -> list[str]:
+    """One line per listed agent whose effective settings differ from the global block's."""
+    from schemas.config import FleetConfig
 
-    def __init__(self, duration: float, worker: Any, bootstrap: str) -> None:
+    fleet = FleetConfig.from_document(doc)
+    base = fleet.resolve("\0 not listed")
+    names = {"warning_threshold": "warning", "critical_threshold": "critical", "history_size": "historySize",
+             "unknown_tool_threshold": "unknownTool", "global_circuit_breaker_threshold": "global",
+             "generic_repeat": "genericRepeat", "known_poll_no_progress": "knownPollNoProgress",
+             "ping_pong": "pingPong", "enabled": "enabled", "guard_window": "guardWindow"}
+    out = []
+    for agent in fleet.agent_blocks:
+        mine = fleet.resolve(agent)
+        diff = [f"{label} {'on' if v is True else 'off' if v is False else v}" for field, label in names.items()
+                if (v := getattr(mine, field)) != getattr(base, field)]
+        if not diff:
+            continue
+        why = []
+        if mine.enabled and mine.critical_threshold != base.critical_threshold:
+            why.append(f"blocks at {mine.critical_threshold}")
+        if mine.enabled and mine.warning_threshold < 10:
+            why.append("no warning below 10")
+        if mine.enabled and not mine.known_poll_no_progress:
+            why.append(f"stuck polls: global breaker at {mine.global_circuit_breaker_threshold}")
+        out.append(f"{agent}: {', '.join(diff)}" + (f" ({', '.join(why)})" if why else ""))
+    return out
+
+
+class View:
+    """State of the live view; :meth:`render` builds the rich renderable, :meth:`progress_line` a log line."""
+
+    def __init__(self, duration: float, worker: Any, bootstrap: str, notes: list[str] | None = None) -> None:
         self.duration, self.worker, self.bootstrap = duration, worker, bootstrap
         self.port = worker.port
+        self.notes = notes or []
         self.started = time.monotonic()
-        self.recent: collections.deque = collections.deque(maxlen=14)
+        self.latest: dict[tuple[str, str], dict] = {}
         self.by_kind: collections.Counter = collections.Counter()
+        self.by_action: collections.Counter = collections.Counter()
         self.verdicts = 0
         self.metrics: dict[str, float] = {}
         self.rates: dict[str, float] = {}
@@ -56,11 +100,12 @@ class View:
 
     def on_verdict(self, verdict: dict) -> None:
         self.verdicts += 1
-        self.by_kind[(verdict["action"], verdict.get("detector") or "-")] += 1
+        kind = (verdict["action"], verdict.get("detector") or "-")
+        self.by_kind[kind] += 1
+        self.by_action[verdict["action"]] += 1
+        self.latest[kind] = verdict
         if verdict.get("event_ts"):
             self.latencies.append(time.time() - verdict["event_ts"])
-        if verdict["action"] != "allow":
-            self.recent.appendleft(verdict)
 
     def sample(self) -> None:
         now, m = time.monotonic(), self.worker.metrics()
@@ -71,45 +116,60 @@ class View:
         self._last = (now, m)
         self.metrics = m
 
-    def render(self, sent: int):
+    def _elapsed(self, final: bool) -> str:
+        elapsed = time.monotonic() - self.started
+        if final:  # the simulator stopped; the rest was draining the last verdicts
+            return f"done: {min(elapsed, self.duration) if self.duration else elapsed:.0f}s"
+        if self.duration:
+            return f"{min(elapsed, self.duration):4.0f}s / {self.duration:.0f}s"
+        return f"{elapsed:4.0f}s"
+
+    def _rate(self, name: str, final: bool) -> str:
+        if final:  # an instantaneous rate after the simulator stopped is 0/s: show the average
+            elapsed = max(min(time.monotonic() - self.started, self.duration or 1e9), 1e-6)
+            return f"avg {self.metrics.get(name, 0) / elapsed:.0f}/s"
+        return f"{self.rates.get(name, 0):.0f}/s"
+
+    def _actions(self) -> str:
+        return ", ".join(f"{a} {self.by_action[a]}" for a in sorted(self.by_action, key=KINDS_ORDER.get)) or "none yet"
+
+    def progress_line(self, sent: int, final: bool = False) -> str:
+        m = self.metrics
+        return (f"[{self._elapsed(final)}] sent {sent}, processed {m.get('loopwarden_events_total', 0):.0f} "
+                f"({self._rate('loopwarden_events_total', final)}), verdicts {self.verdicts}: {self._actions()}")
+
+    def render(self, sent: int, final: bool = False):
+        from rich import box
         from rich.console import Group
         from rich.panel import Panel
         from rich.table import Table
+        from rich.text import Text
 
-        m, elapsed = self.metrics, time.monotonic() - self.started
+        m = self.metrics
         lat = sorted(self.latencies)
-        p50 = f"{lat[len(lat) // 2] * 1000:.0f} ms" if lat else "-"
-        p99 = f"{lat[int(len(lat) * 0.99)] * 1000:.0f} ms" if lat else "-"
-        head = Table.grid(padding=(0, 3))
-        head.add_row(
-            f"[b]elapsed[/b] {elapsed:5.1f}s" + (f" / {self.duration:.0f}s" if self.duration else ""),
-            f"[b]sent[/b] {sent}",
-            f"[b]processed[/b] {m.get('loopwarden_events_total', 0):.0f} "
-            f"({self.rates.get('loopwarden_events_total', 0):.0f}/s)",
-            f"[b]verdicts[/b] {self.verdicts} ({self.rates.get('loopwarden_verdicts_total', 0):.0f}/s)",
-        )
-        head.add_row(
-            f"[b]active runs[/b] {m.get('loopwarden_active_runs', 0):.0f}",
-            f"[b]dead letters[/b] {m.get('loopwarden_dead_letters_total', 0):.0f}",
-            f"[b]event→verdict[/b] p50 {p50} p99 {p99}",
-            f"[b]ready[/b] {'yes' if m.get('loopwarden_ready') else 'no'}  "
-            f"[dim]metrics http://127.0.0.1:{self.port}/metrics[/dim]",
-        )
-        recent = Table(title="latest verdicts (allow not shown)", expand=True)
-        for col in ("action", "detector", "level", "count", "tool", "agent", "run"):
-            recent.add_column(col)
-        colors = {"warn": "yellow", "block": "red", "abort": "bold magenta"}
-        for v in self.recent:
-            recent.add_row(f"[{colors.get(v['action'], 'white')}]{v['action']}[/]", v.get("detector", ""),
-                           v.get("level", ""), str(v.get("count", "")), v.get("tool_name") or "",
-                           v.get("agent_id", ""), v.get("run_id") or "")
-        kinds = Table(title="verdicts by action and detector")
-        kinds.add_column("action")
-        kinds.add_column("detector")
-        kinds.add_column("n", justify="right")
-        for (action, detector), n in sorted(self.by_kind.items()):
-            kinds.add_row(action, detector, str(n))
-        return Group(Panel(head, title=f"loopwarden dev — broker {self.bootstrap}"), recent, kinds)
+        p50 = f"{lat[len(lat) // 2] * 1000:.0f}" if lat else "-"
+        p99 = f"{lat[int(len(lat) * 0.99)] * 1000:.0f}" if lat else "-"
+        head = Text.from_markup(
+            f"[b]{self._elapsed(final)}[/b]  sent {sent}  processed {m.get('loopwarden_events_total', 0):.0f} "
+            f"({self._rate('loopwarden_events_total', final)})  active runs {m.get('loopwarden_active_runs', 0):.0f}\n"
+            f"verdicts {self.verdicts}: {self._actions()}\n"
+            f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
+            f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
+            f"[dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
+        kinds = Table(title="verdicts so far by kind; count, tool and agent of the latest", box=box.SIMPLE_HEAD,
+                      padding=(0, 1), title_justify="left", pad_edge=False, show_edge=False)
+        for name, justify in (("action", "left"), ("detector", "left"), ("n", "right"), ("count", "right"),
+                              ("tool", "left"), ("agent", "left")):
+            kinds.add_column(name, justify=justify, no_wrap=True)
+        colors = {"warn": "yellow", "block": "red", "abort": "bold magenta", "allow": "green"}
+        for kind in sorted(self.by_kind, key=lambda k: (KINDS_ORDER.get(k[0], 9), k[1])):
+            v = self.latest[kind]
+            kinds.add_row(f"[{colors.get(kind[0], 'white')}]{kind[0]}[/]", kind[1], str(self.by_kind[kind]),
+                          str(v.get("count") or "") if kind[0] != "allow" else "", v.get("tool_name") or "",
+                          v.get("agent_id", ""))
+        legend = Text("\n".join(LEGEND + tuple(f"config   {n}" for n in self.notes)), style="dim")
+        return Group(Panel(head, title=f"loopwarden dev — broker {self.bootstrap}", title_align="left"),
+                     kinds, legend)
 
 
 async def _watch(bootstrap: str, topic: str, view: View, stop: asyncio.Event) -> None:
@@ -128,51 +188,91 @@ async def _watch(bootstrap: str, topic: str, view: View, stop: asyncio.Event) ->
         await consumer.stop()
 
 
-async def _run(args: argparse.Namespace, bootstrap: str, worker: Any) -> int:
+async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: list[str]) -> int:
     from rich.console import Console
     from rich.live import Live
 
     from streams.devtools.simulate import SimStats, endless_fleet, publish
 
     console = Console()
-    with console.status("starting worker (joins the consumer group, creates topics)..."):
-        try:
-            await asyncio.to_thread(worker.wait_ready, 90.0)
-        except RuntimeError as exc:
-            console.print(f"[red]{exc}[/red]")
-            return 1
-    view = View(args.duration, worker, bootstrap)
+    tty = console.is_terminal
+    if tty:
+        with console.status("starting worker (joins the consumer group, creates topics)..."):
+            ready = await _wait_ready(console, worker)
+    else:
+        print("starting worker (joins the consumer group, creates topics)...", flush=True)
+        ready = await _wait_ready(console, worker)
+    if not ready:
+        return 1
+    view = View(args.duration, worker, bootstrap, notes)
     stats = SimStats()
     stop = asyncio.Event()
     watcher = asyncio.create_task(_watch(bootstrap, "agent.loop-control", view, stop))
     await asyncio.sleep(0.5)  # let the watcher subscribe before the first verdicts
-    events = endless_fleet(args.agents, args.loop_share, seed=int(time.time()) % 10_000, gate_every=5)
+    events = endless_fleet(args.agents, args.loop_share, seed=int(time.time()) % 10_000, gate_every=5,
+                           breaker_agent=BREAKER_AGENT)
     sim = asyncio.create_task(publish(bootstrap, "agent.events", events, args.rate, args.duration or None, stats))
-    with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
+    if tty:
+        with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
+            while not sim.done():
+                await asyncio.sleep(0.5)
+                view.sample()
+                live.update(view.render(stats.sent))
+            await asyncio.sleep(1.0)  # the last verdicts
+            view.sample()
+            live.update(view.render(stats.sent, final=True))
+    else:  # a log or a pipe: a plain line every few seconds, the full view once at the end
+        print("\n".join(LEGEND), flush=True)
+        next_line = time.monotonic() + PROGRESS_EVERY
         while not sim.done():
             await asyncio.sleep(0.5)
             view.sample()
-            live.update(view.render(stats.sent))
-        await asyncio.sleep(1.0)  # the last verdicts
+            if time.monotonic() >= next_line and not sim.done():
+                next_line += PROGRESS_EVERY
+                print(view.progress_line(stats.sent), flush=True)
+        await asyncio.sleep(1.0)
         view.sample()
-        live.update(view.render(stats.sent))
+        print(view.progress_line(stats.sent, final=True), flush=True)
+        console.print(view.render(stats.sent, final=True))
     stop.set()
     await watcher
     sim.result()
-    print()  # the live view leaves the cursor at the end of its last line
     print(f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
           f"{view.metrics.get('loopwarden_events_total', 0):.0f} events", flush=True)
     return 0
 
 
+async def _wait_ready(console: Any, worker: Any) -> bool:
+    try:
+        await asyncio.to_thread(worker.wait_ready, 90.0)
+        return True
+    except RuntimeError as exc:
+        console.print(f"[red]{exc}[/red]")
+        return False
+
+
+class _Hangup(Exception):
+    """SIGHUP/SIGTERM (closed terminal, kill): stop like Ctrl-C, so the temp folder is removed."""
+
+
+def _raise_hangup(signum: int, _frame: Any) -> None:
+    raise _Hangup(signum)
+
+
 def main(args: argparse.Namespace) -> int:
+    import shutil
+    import signal
+
     from streams.devtools.broker import EmbeddedBroker
     from streams.devtools.processes import WorkerProcess
     from streams.kafka.connection import servers
 
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _raise_hangup)
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-dev-"))
     broker = None
     worker = None
+    code = 1
     try:
         if args.broker:
             url = args.broker
@@ -184,24 +284,42 @@ def main(args: argparse.Namespace) -> int:
         if config is None:
             config = str(tmp / "loop-detection.json")
             Path(config).write_text(json.dumps(DEV_CONFIG, indent=2))
+            notes = config_notes(DEV_CONFIG)
+        else:
+            from schemas.config import ConfigError, read_config_document
+
+            try:
+                notes = config_notes(read_config_document(config))
+            except ConfigError as exc:
+                print(f"loopwarden dev: {exc}", file=sys.stderr)
+                code = 2
+                return code
         worker = WorkerProcess(url, tmp / "data", config=config, extra=["--expire-interval", "5"], log_dir=tmp,
                                port=args.port)
         worker.start()
         try:
-            code = asyncio.run(_run(args, bootstrap, worker))
+            code = asyncio.run(_run(args, bootstrap, worker, notes))
         except KeyboardInterrupt:
             code = 130
-        if code != 0:
-            print(f"worker log: {worker.log_path}", file=sys.stderr)
+        except _Hangup as exc:
+            code = 128 + exc.args[0]
+        return code
+    except (KeyboardInterrupt, _Hangup):
+        code = 130
         return code
     finally:
+        for sig in (signal.SIGHUP, signal.SIGTERM):  # cleaning up is not interrupted again
+            signal.signal(sig, signal.SIG_IGN)
         if worker is not None:
             worker.stop()
         if broker is not None:
             broker.stop()
-        if not args.keep:
-            import shutil
-
+        # A failed start keeps its logs for reading; a finished, interrupted or hung-up demo leaves nothing.
+        keep = args.keep or code == 1
+        if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}")
+        try:
+            if keep:
+                print(f"kept {tmp} (worker log: {worker.log_path if worker else '-'})", file=sys.stderr)
+        except OSError:  # the terminal is gone
+            pass

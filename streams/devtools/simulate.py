@@ -36,14 +36,14 @@ def run_key(event: dict) -> str:
 
 
 def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 40,
-                  gate_every: int = 0, prefix: str = "") -> Iterator[dict]:
+                  gate_every: int = 0, prefix: str = "", breaker_agent: str | None = None) -> Iterator[dict]:
     """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision."""
     from streams.devtools.synthetic import fleet_events
 
     calls = 0
     for round_ in itertools.count():
         for event in fleet_events(agents=agents, runs_per_agent=2, loop_share=loop_share,
-                                  run_length=run_length, seed=seed + round_):
+                                  run_length=run_length, seed=seed + round_, breaker_agent=breaker_agent):
             event["run_id"] = f"{prefix}{event['run_id']}.{round_}"
             if gate_every and event["type"] == "tool_call":
                 calls += 1

@@ -11,6 +11,10 @@ import random
 from collections.abc import Iterator
 
 LOOP_KINDS = ("generic_repeat", "known_poll", "ping_pong", "unknown_tool", "compaction_loop")
+# The global circuit breaker fires only where no detector-specific critical comes first (its threshold
+# is always above criticalThreshold): here a stuck known poll on an agent whose config turns
+# knownPollNoProgress off. So that run needs its own agent; see fleet_events(breaker_agent=...).
+GLOBAL_BREAKER = "global_breaker"
 
 _WORDS = (
     "alpha beta gamma delta request response config workspace module build test passed failed "
@@ -92,6 +96,8 @@ class RunScript:
             if i % 2 == 0:
                 return self._pair("read", {"path": "/workspace/README.md"}, _result("# Project\nsee docs/"))
             return self._pair("list", {"path": "/workspace/docs"}, _result("docs/ is empty"))
+        if kind == GLOBAL_BREAKER:
+            return self._pair("command_status", {"commandId": "deploy-42"}, _result("deploy-42: queued", state="queued"))
         if kind == "unknown_tool":
             return self._pair("browser_navigate", {"url": "https://example.invalid/"}, error="Unknown tool: browser_navigate")
         # compaction_loop: an overflow, a compaction retry, then the same call again and again.
@@ -112,9 +118,14 @@ class RunScript:
 
 
 def fleet_events(
-    *, agents: int = 50, runs_per_agent: int = 4, loop_share: float = 0.3, run_length: int = 40, seed: int = 7
+    *, agents: int = 50, runs_per_agent: int = 4, loop_share: float = 0.3, run_length: int = 40, seed: int = 7,
+    breaker_agent: str | None = None,
 ) -> Iterator[dict]:
-    """Interleave the runs of a fleet: per-run order kept, runs mixed at random."""
+    """Interleave the runs of a fleet: per-run order kept, runs mixed at random.
+
+    ``breaker_agent`` adds one stuck-poll run of that agent (configure it with
+    ``knownPollNoProgress: false``): the global circuit breaker's scenario.
+    """
     rng = random.Random(seed)
     scripts = []
     for a in range(agents):
@@ -123,6 +134,9 @@ def fleet_events(
         for r in range(runs_per_agent):
             kind = rng.choice(LOOP_KINDS) if rng.random() < loop_share else "healthy"
             scripts.append(RunScript(agent, session, f"{agent}-run{r}", kind, random.Random(rng.random()), run_length))
+    if breaker_agent is not None:
+        scripts.append(RunScript(breaker_agent, f"agent:{breaker_agent}:main", f"{breaker_agent}-run0", GLOBAL_BREAKER,
+                                 random.Random(seed), run_length))
     live = [s.events() for s in scripts]
     while live:
         i = rng.randrange(len(live))

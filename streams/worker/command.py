@@ -27,16 +27,20 @@ def main(args: argparse.Namespace) -> int:
 
 def run_worker(settings: Settings) -> int:
     """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
-    from schemas.config import ConfigError, load_config
+    from schemas.config import FleetConfig
+    from schemas.config_check import check_file
     from streams.kafka.admin import ensure_topics
     from streams.worker.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        fleet = load_config(settings.config)
-    except ConfigError as exc:
-        print(f"loopwarden worker: {exc}", file=sys.stderr)
-        return 2
+    fleet = FleetConfig()
+    if settings.config is not None:  # the checks of `loopwarden config check`, logged at start
+        fleet, report = check_file(settings.config)
+        for text in report.warnings:
+            logging.getLogger("loopwarden.config").warning("config %s: %s", settings.config, text)
+        if fleet is None:
+            print("loopwarden worker: " + "; ".join(report.errors), file=sys.stderr)
+            return 2
     created = asyncio.run(ensure_topics(settings))
     if created:
         logging.getLogger("loopwarden").info("created topics %s", created)

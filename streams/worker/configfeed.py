@@ -19,6 +19,7 @@ import logging
 from typing import Any, Callable
 
 from schemas.config import ConfigError, FleetConfig, parse_config_text
+from schemas.config_check import record_warnings
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,10 @@ class ConfigFeed:
         except (ConfigError, UnicodeDecodeError) as exc:
             log.warning("config record for %r ignored: %s", key, exc)
             return False
-        self.fleet = self.fleet.with_override(key.decode("utf-8", "replace"), block, ext)
+        name = key.decode("utf-8", "replace")
+        for text in record_warnings(block, ext, name):  # as `loopwarden config check` words them
+            log.warning("config topic: %s", text)
+        self.fleet = self.fleet.with_override(name, block, ext)
         self.applied += 1
         if self.on_update is not None:
             self.on_update()

@@ -1,9 +1,12 @@
 """A toy agent loop on loopwarden's runner client: it gets stuck polling, and is blocked.
 
 Run it end to end on the embedded broker (starts Tansu and a worker, then
-the agent)::
+the agent), once ``.venv`` exists (either README command creates it)::
 
-    python tests/examples/toy_agent.py
+    .venv/bin/python tests/examples/toy_agent.py
+
+A plain ``python tests/examples/toy_agent.py`` re-runs itself with
+``.venv/bin/python`` when its own interpreter lacks loopwarden's packages.
 
 The "model" here asks for the same ``web_fetch`` again and again because
 the page never changes. Each call is gated (``run.check``): loopwarden
@@ -76,5 +79,21 @@ async def _main() -> int:
     return 0
 
 
+def _use_venv() -> None:
+    """Re-run under the repository's ``.venv`` when this interpreter cannot import loopwarden's dependencies."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("msgspec") is not None and importlib.util.find_spec("aiokafka") is not None:
+        return
+    venv = Path(__file__).resolve().parents[2] / ".venv"
+    venv_python = venv / "bin" / "python"
+    if venv_python.exists() and Path(sys.prefix).resolve() != venv.resolve():  # (not already that venv)
+        os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
+    sys.exit("loopwarden's packages are not installed here: run `bash deploy/ci/venv.sh` (or either README "
+             "command) first, then `.venv/bin/python tests/examples/toy_agent.py`")
+
+
 if __name__ == "__main__":
+    _use_venv()
     sys.exit(asyncio.run(_main()))

@@ -2,19 +2,49 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 
 from .support import REPO
 
 
-def test_dev_demo_runs_and_stops_cleanly(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "dev", "--duration", "6", "--rate", "300"],
-                          cwd=REPO, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", "dev", "--duration", "11", "--rate", "300"],
+                          cwd=REPO, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "latest verdicts" in out and "verdicts by action and detector" in out
+    assert "\x1b[" not in out  # not a terminal: no cursor movement, no colours
+    progress = [line for line in out.splitlines() if re.match(r"\[\s*\d+s / 11s\] sent \d+", line)]
+    assert len(progress) >= 2, out  # a line every 5 s while it runs, not just one frame at the end
+    assert "done: 11s" in out and "avg" in out  # the last frame says it finished
+    assert "verdicts so far by kind" in out and "action   warn: a note to the model" in out
     summary = [line for line in out.splitlines() if line.startswith("sent ")][-1]
     sent = int(summary.split()[1])
     processed = int(summary.rsplit(" ", 2)[-2])
     assert sent > 0 and processed == sent
+    assert not list(tmp_path.glob("loopwarden-dev-*"))  # the temp folder is gone
+
+
+def test_dev_demo_cleans_up_after_a_closed_terminal(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "dev", "--duration", "0"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("loopwarden-dev-*/worker-*.log")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(tmp_path.glob("loopwarden-dev-*")), "the demo did not start"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert not list(tmp_path.glob("loopwarden-dev-*")), err
+    assert "worker log" not in out + err  # no path of a log that no longer exists
