@@ -14,7 +14,7 @@ import sys
 
 COMMANDS = (
     ("replay", "streams.replay"),
-    ("config", "streams.configcheck"),
+    ("config", "streams.config_command"),
     ("worker", "streams.worker.command"),
     ("simulate", "streams.devtools.simulate"),
     ("dev", "streams.devtools.dev"),
