@@ -5,5 +5,5 @@
 # embedded broker + worker + simulated fleet + live terminal view.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash deploy/ci/venv.sh
+bash deploy/ci/venv.sh devtools
 exec .venv/bin/loopwarden dev "$@"

@@ -14,7 +14,8 @@ STAMP=.venv/.loopwarden-installed
 HASH=$("$PY" -c 'import hashlib,sys; print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest())')
 if [ -x .venv/bin/python ] && [ -f "$STAMP" ]; then
   read -r have_hash have_extras < "$STAMP" || true
-  if [ "$have_hash" = "$HASH" ] && { [ -z "$EXTRAS" ] || [ "${have_extras:-}" = "$EXTRAS" ]; }; then
+  # "dev" includes every other extra, so a test venv also serves the demo.
+  if [ "$have_hash" = "$HASH" ] && { [ -z "$EXTRAS" ] || [ "${have_extras:-}" = "$EXTRAS" ] || [ "${have_extras:-}" = dev ]; }; then
     exit 0
   fi
 fi
