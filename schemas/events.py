@@ -12,7 +12,7 @@ error. Build payloads in Python with :func:`payload`.
 from __future__ import annotations
 
 import json
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -28,6 +28,17 @@ class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=T
     event_id: str | None = None
 
 
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the model spent producing one tool call (its share of the turn)."""
+
+    input_tokens: _Count
+    output_tokens: _Count
+    cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # in the fleet's currency
+
+
 class ToolCall(_EventBase, tag="tool_call"):
     """The agent is about to run a tool; detection runs here."""
 
@@ -35,6 +46,7 @@ class ToolCall(_EventBase, tag="tool_call"):
     tool_call_id: str | None = None
     params: Raw | UnsetType = UNSET  # missing means {}
     await_decision: bool = False
+    usage: Usage | None = None  # charged to a loop when the call is part of one
 
 
 class ToolResult(_EventBase, tag="tool_result"):

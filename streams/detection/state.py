@@ -58,19 +58,41 @@ class Guard(msgspec.Struct, array_like=True):
     aborted: bool = False
 
 
+class RunUsage(msgspec.Struct, array_like=True):
+    """What a run's calls cost, kept only once a call of the run carried ``usage``.
+
+    ``tokens``/``costs`` run beside the history columns (one entry per record,
+    oldest first; 0 once charged to a loop, so no call is charged twice).
+    ``loops`` is each loop's charge so far (loop key -> [tokens, cost]);
+    ``blocked`` maps a signature blocked in this run to (detector, loop key, shadow),
+    so later calls to it are charged to that loop.
+    """
+
+    tokens: list[int] = msgspec.field(default_factory=list)
+    costs: list[float] | None = None  # only once a call carried a cost
+    loops: dict[str, list] = msgspec.field(default_factory=dict)
+    blocked: dict[str, tuple[str, str, bool]] = msgspec.field(default_factory=dict)
+
+
 class RunState(msgspec.Struct, array_like=True):
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
     guard: Guard = msgspec.field(default_factory=Guard)
     blocked: list[str] = msgspec.field(default_factory=list)
     seen: list[str] = msgspec.field(default_factory=list)
+    usage: RunUsage | None = None  # keep last: see encode_state
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
+_astuple = msgspec.structs.astuple
+_WITHOUT_USAGE = len(RunState.__struct_fields__) - 1
 
 
 def encode_state(state: RunState) -> bytes:
+    """A run without usage encodes without the trailing ``usage`` slot: same bytes as before it existed."""
+    if state.usage is None:
+        return _encoder.encode(_astuple(state)[:_WITHOUT_USAGE])
     return _encoder.encode(state)
 
 
