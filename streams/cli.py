@@ -14,6 +14,7 @@ import sys
 
 COMMANDS = (
     ("replay", "streams.replay"),
+    ("tune", "streams.tune"),
     ("worker", "streams.worker.command"),
     ("simulate", "streams.devtools.simulate"),
     ("dev", "streams.devtools.dev"),
