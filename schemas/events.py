@@ -15,7 +15,7 @@ import json
 import math
 import re
 from json.decoder import scanstring
-from typing import Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -31,6 +31,17 @@ class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=T
     event_id: str | None = None
 
 
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the model spent producing one tool call (its share of the turn)."""
+
+    input_tokens: _Count
+    output_tokens: _Count
+    cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # in the fleet's currency
+
+
 class ToolCall(_EventBase, tag="tool_call"):
     """The agent is about to run a tool; detection runs here."""
 
@@ -38,6 +49,7 @@ class ToolCall(_EventBase, tag="tool_call"):
     tool_call_id: str | None = None
     params: Raw | UnsetType = UNSET  # missing means {}
     await_decision: bool = False
+    usage: Usage | None = None  # charged to a loop when the call is part of one
 
 
 class ToolResult(_EventBase, tag="tool_result"):

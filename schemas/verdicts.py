@@ -32,6 +32,9 @@ class Detection(msgspec.Struct, kw_only=True, omit_defaults=True):
     emitted: bool
     action: Action
     paired_tool_name: str | None = None
+    shadow: bool = False  # recorded, not enforced (loopwarden.shadow)
+    loop_tokens: int | None = None  # tokens charged to this loop so far (runs whose calls carry usage)
+    loop_cost: float | None = None  # likewise for cost, when calls carry one
 
 
 class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict"):
@@ -56,6 +59,9 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"
     tool_call_id: str | None = None
     event_ts: float | None = None
     ts: float | None = None
+    shadow: bool = False  # only on the shadow topic: recorded, not enforced
+    loop_tokens: int | None = None
+    loop_cost: float | None = None
 
 
 class DeadLetter(msgspec.Struct, kw_only=True):

@@ -15,6 +15,7 @@ import sys
 COMMANDS = (
     ("replay", "streams.replay"),
     ("config", "streams.config_command"),
+    ("tune", "streams.tune"),
     ("worker", "streams.worker.command"),
     ("simulate", "streams.devtools.simulate"),
     ("dev", "streams.devtools.dev"),

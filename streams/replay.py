@@ -55,6 +55,12 @@ def detection_row(index: int, event, det: Detection) -> dict:
     row["message"] = det.message
     row["emitted"] = det.emitted
     row["action"] = det.action
+    if det.shadow:  # loopwarden extensions: absent from an OpenClaw-only config's output
+        row["shadow"] = True
+    if det.loop_tokens is not None:
+        row["loop_tokens"] = det.loop_tokens
+    if det.loop_cost is not None:
+        row["loop_cost"] = det.loop_cost
     return row
 
 
@@ -72,7 +78,7 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
             yield BadLine(index, exc.reason, exc.detail, lineno)
             continue
         key = state_key(event)
-        result = step(states.get(key), event, config.resolve(event.agent_id))
+        result = step(states.get(key), event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
         if result.state is None:
             states.pop(key, None)
         else:

@@ -13,11 +13,12 @@ TARGETS = {
     "engine": ("streams.bench.engine", "decode + step() on one core, against the hashing floor"),
     "worker": ("streams.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
     "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
+    "tune": ("streams.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
 }
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency)",
+    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, tune)",
                               description="Measure speed on this machine; every figure printed with its ratios.")
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name, (module, text) in TARGETS.items():

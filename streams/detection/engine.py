@@ -15,9 +15,12 @@ from msgspec import UNSET
 
 from schemas.config import ResolvedConfig
 from schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
+from schemas.extensions import Extensions
 from schemas.verdicts import Detection
+from streams.detection import cost
 from streams.detection import guard as guards
 from streams.detection.buckets import dedup_key, should_emit
+from streams.detection.cost import Charge
 from streams.detection.detectors import decide
 from streams.detection.history import record_call, record_outcome
 from streams.detection.payloads import HASHER
@@ -34,19 +37,28 @@ class StepResult(NamedTuple):
     detections: Sequence[Detection]  # in order; `emitted` says which are published
     duplicate: bool = False  # a repeated event_id: nothing was applied
     guard_armed: bool = False  # a compaction_retry armed the guard
+    charge: Charge | None = None  # usage this event added to a loop (runs whose calls carry usage)
 
 
-def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[Detection]:
+def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
     info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
     sig = info.sig
     detections = NO_DETECTIONS
+    u = state.usage
+    if u is None and event.usage is not None:
+        u = cost.start(state)
+    charge = None
     if cfg.enabled:
         finding = decide(state.history, tool, sig, info.known_poll, cfg)
         if finding is not None:
+            # Shadow: reported, but the run goes on as if the detector had not fired.
+            shadow = ext is not None and ext.shadowed(finding.detector)
             critical = finding.level == "critical"
             if critical:
-                if event.tool_call_id:
+                if shadow:
+                    pass  # nothing refused, so no veto to expect
+                elif event.tool_call_id:
                     blocked = state.blocked
                     blocked.append(event.tool_call_id)
                     if len(blocked) > MAX_BLOCKED_CALLS:
@@ -57,35 +69,47 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig) -> Sequence[
                 emitted = True
             else:
                 emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
-            detections = (
-                Detection(
-                    level=finding.level,
-                    detector=finding.detector,
-                    count=finding.count,
-                    warning_key=finding.warning_key,
-                    tool_name=tool,
-                    message=finding.message,
-                    emitted=emitted,
-                    action="block" if critical else "warn",
-                    paired_tool_name=finding.paired_tool_name,
-                ),
+            detection = Detection(
+                level=finding.level,
+                detector=finding.detector,
+                count=finding.count,
+                warning_key=finding.warning_key,
+                tool_name=tool,
+                message=finding.message,
+                emitted=emitted,
+                action="block" if critical else "warn",
+                paired_tool_name=finding.paired_tool_name,
+                shadow=shadow,
             )
-            if critical:
-                return detections  # §9.3: not executed, not recorded
+            detections = (detection,)
+            if u is not None:
+                charge = cost.charge(u, state.history, detection, sig, *cost.of_call(u, event.usage))
+            if critical and not shadow:
+                return StepResult(state, detections, False, False, charge)  # §9.3: not executed, not recorded
     if cfg.record_calls:
         record_call(state.history, tool, sig, event.tool_call_id, cfg.history_size)
-    return detections
+        if u is not None:
+            if charge is not None:  # this call's usage is in the detection's charge
+                cost.align(u, state.history, True)
+            else:
+                tokens, spent = cost.of_call(u, event.usage)
+                charge = cost.charge_blocked(u, sig, tool, tokens, spent) if u.blocked else None
+                if charge is None:
+                    cost.align(u, state.history, True, tokens, spent)
+                else:
+                    cost.align(u, state.history, True)
+    return StepResult(state, detections, False, False, charge)
 
 
-def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> Sequence[Detection]:
+def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     call_id = event.tool_call_id
     if call_id:
         if call_id in state.blocked:
             state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
-            return NO_DETECTIONS
+            return StepResult(state, NO_DETECTIONS)
     elif state.blocked_without_id:
         state.blocked_without_id -= 1  # §13.3: an id-less blocked call's result, matched by order
-        return NO_DETECTIONS
+        return StepResult(state, NO_DETECTIONS)
     tool = normalize_tool_name(event.tool_name)
     info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
     result = None if event.result is UNSET else bytes(event.result)
@@ -94,18 +118,28 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig) -> Seque
         error = None
     result_hash, unknown = HASHER.outcome(tool, info.mode, result, error)
     if result_hash is None:
-        return NO_DETECTIONS
+        return StepResult(state, NO_DETECTIONS)
     sig = info.sig
-    record_outcome(state.history, tool, sig, call_id, result_hash, unknown, cfg.history_size)
+    appended = record_outcome(state.history, tool, sig, call_id, result_hash, unknown, cfg.history_size)
+    u = state.usage
+    if u is not None:
+        cost.align(u, state.history, appended)
     if cfg.guard_enabled:
         abort = guards.observe(state.guard, tool, sig, result_hash, cfg.guard_window)
         if abort is not None:
-            return (abort,)
-    return NO_DETECTIONS
+            if ext is not None and ext.shadowed(abort.detector):
+                abort.shadow = True  # reported; the run is not aborted
+            charge = None if u is None else cost.charge(u, state.history, abort, sig, result_hash=result_hash)
+            return StepResult(state, (abort,), False, False, charge)
+    return StepResult(state, NO_DETECTIONS)
 
 
-def step(state: RunState | None, event: Event, config: ResolvedConfig) -> StepResult:
-    """Apply one event of one run. ``state`` is mutated in place and returned."""
+def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: Extensions | None = None) -> StepResult:
+    """Apply one event of one run. ``state`` is mutated in place and returned.
+
+    ``ext`` is the agent's ``loopwarden`` block (``FleetConfig.extensions``);
+    without it (or with its defaults) the verdicts are OpenClaw's.
+    """
     if isinstance(event, RunEnd):
         return StepResult(None, NO_DETECTIONS)
     if isinstance(event, VerdictAck):  # about a verdict, not the agent's work: no rule sees it
@@ -121,9 +155,9 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig) -> StepRe
         if len(seen) > MAX_SEEN_EVENT_IDS:
             del seen[0]
     if isinstance(event, ToolCall):
-        return StepResult(state, _on_call(state, event, config))
+        return _on_call(state, event, config, ext)
     if isinstance(event, ToolResult):
-        return StepResult(state, _on_result(state, event, config))
+        return _on_result(state, event, config, ext)
     if isinstance(event, CompactionRetry):
         if config.guard_enabled:
             guards.arm(state.guard, config.guard_window)

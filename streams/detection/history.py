@@ -18,8 +18,8 @@ def record_outcome(
     result_hash: str,
     unknown: str | None,
     history_size: int,
-) -> None:
-    """§6.3 steps 2-5: fill the newest matching pending record, else append a complete one."""
+) -> bool:
+    """§6.3 steps 2-5: fill the newest matching pending record, else append a complete one (True)."""
     args, tools, results, call_ids = h.args, h.tools, h.results, h.call_ids
     for i in range(len(args) - 1, -1, -1):
         if (
@@ -31,5 +31,6 @@ def record_outcome(
             results[i] = result_hash
             h.unknowns[i] = unknown
             h.trim(history_size)  # §1.8: a smaller historySize applies at the next record
-            return
+            return False
     h.push(tool, sig, call_id, result_hash, unknown, history_size)
+    return True

@@ -64,6 +64,22 @@ class Guard(msgspec.Struct, array_like=True):
     aborted: bool = False
 
 
+class RunUsage(msgspec.Struct, array_like=True):
+    """What a run's calls cost, kept only once a call of the run carried ``usage``.
+
+    ``tokens``/``costs`` run beside the history columns (one entry per record,
+    oldest first; 0 once charged to a loop, so no call is charged twice).
+    ``loops`` is each loop's charge so far (loop key -> [tokens, cost]);
+    ``blocked`` maps a signature blocked in this run to (detector, loop key, shadow),
+    so later calls to it are charged to that loop.
+    """
+
+    tokens: list[int] = msgspec.field(default_factory=list)
+    costs: list[float] | None = None  # only once a call carried a cost
+    loops: dict[str, list] = msgspec.field(default_factory=dict)
+    blocked: dict[str, tuple[str, str, bool]] = msgspec.field(default_factory=dict)
+
+
 class RunState(msgspec.Struct, array_like=True):
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
@@ -73,10 +89,13 @@ class RunState(msgspec.Struct, array_like=True):
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
+    usage: RunUsage | None = None  # keep last: see encode_state
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
+_astuple = msgspec.structs.astuple
+_WITHOUT_USAGE = len(RunState.__struct_fields__) - 1
 
 # Names and ids are kept as sent, so a state may hold lone surrogates, which
 # msgpack strings (UTF-8) cannot. Such a state is written with every string
@@ -119,7 +138,8 @@ def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
 
 
 def encode_state(state: RunState) -> bytes:
-    return pack(state)
+    """A run without usage encodes without the trailing ``usage`` slot: same bytes as before it existed."""
+    return pack(_astuple(state)[:_WITHOUT_USAGE] if state.usage is None else state)
 
 
 def decode_state(raw: bytes) -> RunState:

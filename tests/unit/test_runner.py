@@ -228,7 +228,7 @@ def test_a_verdict_ack_passes_through_the_engine_untouched():
     ack = decode_event(encode_event(wire.verdict_ack(ref, "t:0:5:0", "applied", "block: tool not run")))
     assert (ack.verdict_id, ack.outcome, run_key(ack)) == ("t:0:5:0", "applied", "r1")
     config = FleetConfig().resolve("a")
-    assert step(None, ack, config) == (None, (), False, False)  # no state is made for it
+    assert step(None, ack, config) == (None, (), False, False, None)  # no state is made for it
     state = EngineState()
     step(state, wire.tool_call(ref, "read", {"p": 1}), config)
     before = encode_state(state)
