@@ -64,6 +64,9 @@ class RunState(msgspec.Struct, array_like=True):
     guard: Guard = msgspec.field(default_factory=Guard)
     blocked: list[str] = msgspec.field(default_factory=list)
     seen: list[str] = msgspec.field(default_factory=list)
+    # Fleet signatures (streams.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
+    # last and optional so states stored before it still decode.
+    joined: list[str] | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
