@@ -312,3 +312,24 @@ def test_fleet_side_resolves_by_event_time_only():
     assert [r.state for r in out] == ["open"]
     assert side.advance(70.0) == [] and side.advance(50.0) == []
     assert [r.state for r in side.advance(74.0)] == ["resolved"] and side.signatures == {}
+
+
+# -- the simulator's scenarios ---------------------------------------------------------------------
+
+def test_simulated_outage_opens_one_incident_and_heartbeat_warns():
+    from streams.devtools.simulate import endless_fleet, with_scenarios
+
+    doc = {"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}}
+    events = with_scenarios(endless_fleet(10, 0.3, 7), outage=6, heartbeat=2, every=300)
+    trace = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(2000), events)]
+    recs = fleet_records(doc, trace)
+    opens = [r for r in recs if r.get("state") == "open"]
+    assert len(opens) == 1 and opens[0]["tool_name"] == "web_search" and opens[0]["agent_count"] >= 2
+    warned = {r["session_id"] for r in recs if r.get("detector") == "cross_run_repeat"}
+    assert {"agent:heartbeat0-agent-000:cron", "agent:heartbeat0-agent-001:cron"} <= warned
+    assert all(s.startswith("agent:heartbeat") for s in warned)
+    # later rounds of the same outage feed the open incident instead of opening another
+    assert any(r.get("state") == "update" and r["run_keys"][0].startswith("outage0") for r in recs)
+    # the healthy fleet alone never makes an incident
+    plain = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(2000), endless_fleet(10, 0.3, 7))]
+    assert fleet_records(doc, plain) == []
