@@ -13,6 +13,8 @@ import faust
 
 from schemas.config import FleetConfig
 from streams.worker.configfeed import ConfigFeed
+from streams.worker.fleet_agent import fleet_topics
+from streams.worker.fleet_agent import install as install_fleet
 from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runtable import RunTable
@@ -104,6 +106,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     runtable = RunTable(table, s.events_topic, send)
     processor = RunProcessor(s, metrics, runtable, send, lambda: feed.fleet)
+    fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
+        tp.partition for tp in app.consumer.assignment() if tp.topic == fleet_topics(s)[0]})
+    processor.stepper, processor.after_step = fleet_rt.step, fleet_rt.after_step
     rt = Runtime(s, metrics, feed, runtable, processor)
 
     @app.agent(events, name="loopwarden.runs")
@@ -165,6 +170,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         return web.json(status, status=200 if status["ready"] else 503)
 
     app.loopwarden = rt  # for tests and the dev view
+    app.loopwarden_fleet = fleet_rt
     return app, rt
 
 
@@ -179,6 +185,8 @@ async def ensure_topics(settings: Settings) -> list[str]:
         s.control_topic: (s.partitions, {}),
         s.config_topic: (1, {"cleanup.policy": "compact"}),
         s.dead_letter_topic: (s.partitions, {}),
+        s.incidents_topic: (s.partitions, {}),
+        **{name: (s.partitions, {}) for name in fleet_topics(s)},  # repartition topics of streams.fleet
     }
     admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin", **kafka_auth(s))
     await admin.start()

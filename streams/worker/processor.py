@@ -77,6 +77,10 @@ class RunProcessor:
         self._tail: asyncio.Future | None = None  # completion of the latest batch
         self._inflight: collections.deque = collections.deque()
         self.max_inflight = 4
+        # Hooks of the fleet extensions (streams.worker.fleet_agent): the step to call, and an
+        # async (state_in, event, result) -> [deliveries] run after each applied step.
+        self.stepper: Callable[..., Any] = step
+        self.after_step: Callable[..., Awaitable[list]] | None = None
 
     async def process(self, messages: Iterable[Any]) -> "asyncio.Future[None]":
         """Apply a batch; return a future that is done once the batch is durable (then ack it).
@@ -118,6 +122,7 @@ class RunProcessor:
         perf = time.perf_counter
         sample = self._step_sample
         pending = self.pending
+        stepper, after_step = self.stepper, self.after_step
 
         for msg in messages:
             topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
@@ -150,8 +155,9 @@ class RunProcessor:
             timed = not sample & 7  # step() is timed for 1 event in 8: the histogram is a sample
             if timed:
                 t0 = perf()
+            state_in = value.state if value is not None else None
             try:
-                result = step(value.state if value is not None else None, event, config)
+                result = stepper(state_in, event, config)
             except Exception as exc:  # an engine bug must not stop the fleet's stream
                 log.exception("step() failed at %s:%s:%s", topic, partition, offset)
                 err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
@@ -168,6 +174,8 @@ class RunProcessor:
                 continue
             if result.guard_armed:
                 arms += 1
+            if after_step is not None:
+                deliveries += await after_step(state_in, event, result)
             index = 0
             for det in result.detections:
                 detections[(det.detector, det.level, m.tool(det.tool_name))] += 1

@@ -30,6 +30,7 @@ class Settings(SecuritySettings, kw_only=True):
     control_topic: str = "agent.loop-control"
     config_topic: str = "agent.loop-config"
     dead_letter_topic: str = "loopwarden.dead-letter"
+    incidents_topic: str = "agent.loop-incidents"
     partitions: int = 4
     replicas: int = 1
     data_dir: str = "./loopwarden-data"
@@ -76,6 +77,7 @@ HELP: dict[str, str] = {
     "control_topic": "output topic of verdicts",
     "config_topic": "compacted topic of live config overrides (key agent id or *)",
     "dead_letter_topic": "topic for events that do not decode",
+    "incidents_topic": "topic of fleet incident records (loopwarden.incidents), key = incident id",
     "partitions": "partitions of topics created on start (events topic and table changelog must match)",
     "replicas": "replication factor of topics created on start",
     "data_dir": "directory of the RocksDB table files (one per worker)",
