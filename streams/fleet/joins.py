@@ -37,14 +37,20 @@ _fingerprint_encoder = msgspec.json.Encoder()
 
 def streaks(history: History, at_least: int = 1) -> dict[str, int]:
     """Signature -> number of completed records of the window with it (those with ``at_least``)."""
+    n = len(history)
+    if n < at_least:
+        return {}
+    if history.unknowns.count(None) == n:  # the usual case: one C-level count over (tool, result)
+        return {outcome_signature(tool, result): c for (tool, result), c in
+                Counter(zip(history.tools, history.results)).items() if c >= at_least and result is not None}
     counts: Counter = Counter()
     for tool, result, unknown in zip(history.tools, history.results, history.unknowns):
         if unknown is not None:
             counts[(None, unknown)] += 1
         elif result is not None:
             counts[(tool, result)] += 1
-    return {(unknown_signature(b) if a is None else outcome_signature(a, b)): n
-            for (a, b), n in counts.items() if n >= at_least}
+    return {(unknown_signature(b) if a is None else outcome_signature(a, b)): c
+            for (a, b), c in counts.items() if c >= at_least}
 
 
 def matching(history: History, tool: str, outcome_hash: str | None, unknown: str | None) -> int:
