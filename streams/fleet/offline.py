@@ -35,12 +35,10 @@ class FleetSide:
     def receive(self, signal: Signal) -> list[Incident | Verdict]:
         out: list[Incident | Verdict] = list(self.advance(signal.ts))
         if isinstance(signal, FinishedRun):
-            st, verdict = crossrun.observe(self.sessions.get(signal.session_key), signal,
-                                           self.config.extensions(signal.agent_id).cross_run)
+            st, verdicts = crossrun.observe(self.sessions.get(signal.session_key), signal,
+                                            self.config.extensions(signal.agent_id).cross_run)
             self.sessions[signal.session_key] = st
-            if verdict is not None:
-                out.append(verdict)
-            return out
+            return out + verdicts
         cfg = self.config.extensions(GLOBAL_KEY).incidents
         st, records = incidents.apply_join(self.signatures.get(signal.signature), signal, cfg)
         self.signatures[signal.signature] = st

@@ -144,12 +144,15 @@ class FleetRuntime:
         if not isinstance(run, FinishedRun):
             return
         stored = self.sessions.get(partition, key)
-        st, verdict = crossrun.observe(crossrun.decode_state(stored) if stored else None, run,
-                                       self.fleet().extensions(run.agent_id).cross_run)
-        if verdict is not None:
-            verdict = _stamped(verdict)
-            rkey = key_for(run.agent_id, run.session_id, run.run_id).encode()
-            await (await self.send(self.settings.control_topic, rkey, _verdict_encoder.encode(verdict)))
+        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run,
+                                        self.fleet().extensions(run.agent_id).cross_run)
+        deliveries = []
+        for verdict in verdicts:
+            rkey = key_for(verdict.agent_id, verdict.session_id, verdict.run_id).encode()
+            deliveries.append(await self.send(self.settings.control_topic, rkey,
+                                              _verdict_encoder.encode(_stamped(verdict))))
+        await asyncio.gather(*deliveries)  # delivered before the session state that warned is written
+        for _ in verdicts:
             self.metrics.verdicts.labels("warn", "cross_run_repeat").inc()
         await self.sessions.write([(partition, key, crossrun.encode_state(st))])
 

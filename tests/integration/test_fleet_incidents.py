@@ -125,3 +125,24 @@ def test_sigkill_during_an_open_incident_opens_no_duplicate(tansu, names, worker
     assert max(r["run_count"] for r in records) == 8
     # the runs of the incident are counted once each, whatever was replayed
     assert sorted(next(r for r in records if r["run_count"] == 8)["run_keys"]) == sorted(runs)
+
+
+def test_cross_run_repeat_warns_across_partitions(tansu, names, workers, tmp_path):
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps({"loopwarden": {"crossRun": {"enabled": True, "runs": 3}}}))
+    worker = workers(names, "solo", config=config)
+    worker.wait_ready()
+    session = "agent:hb:cron"
+    runs = [f"beat-{i}" for i in range(4)]
+    assert len({partition_of(r) for r in runs}) > 1  # the session's runs sit on several partitions
+    events = []
+    for run in runs:
+        base = {"agent_id": "hb", "session_id": session, "run_id": run, "tool_name": "read",
+                "tool_call_id": f"{run}-0", "params": {"path": "HEARTBEAT.md"}}
+        events += [{"type": "tool_call", **base}, {"type": "tool_result", **base, "result": "nothing to do"},
+                   {"type": "run_end", "agent_id": "hb", "session_id": session, "run_id": run}]
+    produce_events(tansu, names.events, events)
+    records = collect(tansu, names.control, until=lambda rs: len(rs) >= 2, timeout=60)
+    warned = sorted((json.loads(r.value)["run_id"], r.key.decode()) for r in records
+                    if json.loads(r.value).get("detector") == "cross_run_repeat")
+    assert warned == [("beat-2", "beat-2"), ("beat-3", "beat-3")]

@@ -191,17 +191,29 @@ def test_a_join_after_the_window_resolves_before_counting():
 
 # -- cross_run_repeat ------------------------------------------------------------------------------
 
-def finished(session: str, run: str, fp: str, n: int = 4) -> FinishedRun:
-    return FinishedRun(session_key=session, run_key=run, agent_id="a1", ts=1.0, fingerprint=fp, records=n,
-                       session_id=session, run_id=run)
+def finished(session: str, run: str, fp: str, n: int = 4, ts: float | None = None) -> FinishedRun:
+    return FinishedRun(session_key=session, run_key=run, agent_id="a1", ts=float(run[1:]) if ts is None else ts,
+                       fingerprint=fp, records=n, session_id=session, run_id=run)
 
 
 def observe_all(runs, cfg=CrossRun(enabled=True)):
+    """Per arriving run: the one verdict it caused, or None."""
     st, verdicts = None, []
     for r in runs:
         st, v = crossrun.observe(st, r, cfg)
-        verdicts.append(v)
+        assert len(v) <= 1
+        verdicts.append(v[0] if v else None)
     return verdicts
+
+
+def test_cross_run_out_of_order_arrival_warns_the_same_runs():
+    runs = [finished("s", f"r{i}", "fp") for i in range(4)]
+    in_order = [v.run_id for v in observe_all(runs) if v]
+    st, late = None, []
+    for r in [runs[1], runs[2], runs[3], runs[0]]:  # r0 ended first but arrives last
+        st, v = crossrun.observe(st, r, CrossRun(enabled=True))
+        late += [x.run_id for x in v]
+    assert sorted(late) == in_order == ["r2", "r3"]
 
 
 def test_cross_run_warns_the_newest_of_three_equal_runs():
