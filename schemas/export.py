@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 
 from schemas.events import Event
+from schemas.fleet import Incident
 from schemas.verdicts import DeadLetter, Verdict
 
 HERE = Path(__file__).parent
@@ -20,6 +21,7 @@ SCHEMAS = {
     "event.schema.json": (Event, "A loopwarden event on agent.events"),
     "verdict.schema.json": (Verdict, "A loopwarden verdict on agent.loop-control"),
     "dead-letter.schema.json": (DeadLetter, "A dead letter on loopwarden.dead-letter (raw is base64)"),
+    "incident.schema.json": (Incident, "A fleet incident record on agent.loop-incidents"),
 }
 
 

@@ -17,6 +17,8 @@ DetectorName = Literal[
     "unknown_tool_repeat",
     "global_circuit_breaker",
     "compaction_loop_persisted",
+    "fleet_incident",  # extension: blocked while an incident of the fleet is open (streams.fleet)
+    "cross_run_repeat",  # extension: a session's finished runs repeat the same work (streams.fleet)
 ]
 
 

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+import msgspec
+
 
 from schemas.config import FleetConfig
 from schemas.events import EventDecodeError, decode_event, state_key
@@ -64,8 +66,17 @@ def detection_row(index: int, event, det: Detection) -> dict:
     return row
 
 
-def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[dict | BadLine]:
-    """Yield a row per detection and a :class:`BadLine` per invalid line, in input order."""
+def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, incidents: bool = False) -> Iterator[dict | BadLine]:
+    """Yield a row per detection and a :class:`BadLine` per invalid line, in input order.
+
+    ``incidents``: also the fleet side's records after each event (incident
+    records, ``cross_run_repeat`` verdicts), each with its ``event_index``.
+    """
+    fleet = None
+    if incidents:
+        from streams.fleet.offline import FleetTrace
+
+        fleet = FleetTrace(config)
     states: dict[tuple[str, str], RunState] = {}
     index = -1
     for lineno, line in enumerate(lines, 1):
@@ -78,13 +89,18 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
             yield BadLine(index, exc.reason, exc.detail, lineno)
             continue
         key = state_key(event)
-        result = step(states.get(key), event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
+        prior = states.get(key)
+        result = (step(prior, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
+                  if fleet is None else fleet.step(prior, event))
         if result.state is None:
             states.pop(key, None)
         else:
             states[key] = result.state
         for det in result.detections:
             yield detection_row(index, event, det)
+        if fleet is not None:
+            for record in fleet.after(prior, event, result):
+                yield {"event_index": index, **msgspec.to_builtins(record)}
 
 
 def load_checked_config(path: str | None, prog: str) -> FleetConfig | None:
@@ -117,7 +133,7 @@ def run(args) -> int:
     out = sys.stdout.buffer
     try:
         with source:
-            for item in replay_lines(source, config):
+            for item in replay_lines(source, config, incidents=getattr(args, "incidents", False)):
                 if isinstance(item, BadLine):
                     print(f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
                           file=sys.stderr)
@@ -138,4 +154,7 @@ def register(sub) -> None:
     )
     p.add_argument("events", metavar="EVENTS.jsonl", help="the trace, one event per line; - reads standard input")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
+    p.add_argument("--incidents", action="store_true",
+                   help="also print fleet incident records and cross_run_repeat verdicts (loopwarden.incidents / "
+                        "loopwarden.crossRun in the config; time from the events' ts)")
     p.set_defaults(func=run)

@@ -268,6 +268,40 @@ def build() -> dash_b.Dashboard:
         q(f"sum by (instance) (loopwarden_assigned_partitions{{{SEL}}})", "{{instance}} partitions", "A"),
         q(f"sum by (instance) (loopwarden_ready{{{SEL}}})", "{{instance}} ready", "B"),
         q('sum by (instance) (up{job="$job", instance=~"$instance"})', "{{instance}} up", "C")))
+
+    # --- Fleet incidents (loopwarden.incidents / crossRun extensions) -------------------------
+    board = board.with_row(_row("Fleet incidents"))
+    board = _add(board, _stat(
+        "Open incidents", "Failure signatures (one tool, one outcome) that many runs of several agents hit "
+        "within the window; each lives on one worker, so the sum is the fleet's count.",
+        "none", q(f"sum(loopwarden_open_incidents{{{SEL}}})", "open", instant=True),
+        [(None, "green"), (1, "red")], width=6))
+    board = _add(board, _ts(
+        "Runs per incident", "Runs joined to the open incidents, by tool (tools outside the capped set are "
+        "'other').", "none",
+        q(f"sum by (tool) (loopwarden_incident_runs{{{SEL}}})", "{{tool}}"), width=9))
+    board = _add(board, _ts(
+        "Incident records and repeating sessions", "Incident records published on agent.loop-incidents by "
+        "state, and cross_run_repeat warnings (a session's scheduled runs redoing the same work).", "ops",
+        q(f"sum by (state) (rate(loopwarden_incidents_total{{{SEL}}}[{RATE}]))", "{{state}}", "A"),
+        q(f'sum(rate(loopwarden_verdicts_total{{{SEL}, detector="cross_run_repeat"}}[{RATE}]))',
+          "cross_run_repeat", "B"), width=9))
+    board = _add(board,
+        bargauge.Panel()
+        .title("Top failure signatures")
+        .description("Tools whose failures most runs joined in the time range (a join = one run with the "
+                     "same outcome minStreak times, whatever the arguments).")
+        .datasource(DATASOURCE)
+        .unit("none")
+        .min(0)
+        .height(8)
+        .span(24)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_fleet_joins_total{{{SEL}}}[$__range])))",
+                       "{{tool}}", instant=True))
+    )
     return board
 
 

@@ -89,6 +89,9 @@ class RunState(msgspec.Struct, array_like=True):
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
+    # Fleet signatures (streams.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
+    # last and optional so states stored before it still decode.
+    joined: list[str] | None = None
     usage: RunUsage | None = None  # keep last: see encode_state
 
 

@@ -33,10 +33,12 @@ class TopicNames:
         self.control = f"control-{tag}"
         self.config = f"config-{tag}"
         self.dead_letter = f"dead-{tag}"
+        self.incidents = f"incidents-{tag}"
 
     def args(self) -> list[str]:
         return ["--app-id", self.app_id, "--events-topic", self.events, "--control-topic", self.control,
-                "--config-topic", self.config, "--dead-letter-topic", self.dead_letter]
+                "--config-topic", self.config, "--dead-letter-topic", self.dead_letter,
+                "--incidents-topic", self.incidents]
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -52,6 +52,26 @@ def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 4
             yield event
 
 
+def with_scenarios(events: Iterator[dict], outage: int = 0, heartbeat: int = 0, every: int = 500,
+                   seed: int = 7) -> Iterator[dict]:
+    """Mix the fleet scenarios into ``events``: ``outage`` agents hitting one failing tool and
+    ``heartbeat`` sessions whose scheduled runs repeat, one round of each every ``every`` events."""
+    from streams.devtools.synthetic import heartbeat_events, outage_events
+
+    if not outage and not heartbeat:
+        yield from events
+        return
+    for round_ in itertools.count():
+        extra: list[Iterator[dict]] = []
+        if outage:
+            extra.append(outage_events(agents=outage, seed=seed + round_, prefix=f"outage{round_}"))
+        if heartbeat:
+            extra.append(heartbeat_events(sessions=heartbeat, prefix=f"heartbeat{round_}"))
+        mixed = itertools.chain.from_iterable(itertools.zip_longest(*extra))
+        for item in itertools.chain(itertools.islice(events, every), (e for e in mixed if e is not None)):
+            yield item
+
+
 async def publish(bootstrap: str, topic: str, events: Iterator[dict], rate: float, duration: float | None,
                   stats: SimStats | None = None, count: int | None = None, linger_ms: int = 5) -> SimStats:
     """Send events at ``rate``/s (0 = as fast as possible) for ``duration`` s or ``count`` events."""
@@ -106,12 +126,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop")
     p.add_argument("--gate-every", type=int, default=0, help="every Nth tool_call sets await_decision (0 = none)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--outage", type=int, default=0, metavar="AGENTS",
+                   help="fleet-incident scenario: this many agents hit one failing tool every round (0 = off)")
+    p.add_argument("--heartbeat", type=int, default=0, metavar="SESSIONS",
+                   help="cross_run_repeat scenario: this many sessions run the same scheduled work (0 = off)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     bootstrap = ",".join(servers(args.broker))
     events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every)
+    events = with_scenarios(events, outage=getattr(args, "outage", 0), heartbeat=getattr(args, "heartbeat", 0),
+                            seed=args.seed)
     duration = args.duration or None
     try:
         stats = asyncio.run(publish(bootstrap, args.topic, events, args.rate, duration, count=args.count))

@@ -145,3 +145,40 @@ def fleet_events(
         except StopIteration:
             live[i] = live[-1]
             live.pop()
+
+
+def outage_events(*, agents: int = 12, runs_per_agent: int = 2, run_length: int = 8, tool: str = "web_search",
+                  error: str = "503 Service Unavailable: search backend unreachable", seed: int = 11,
+                  prefix: str = "outage") -> Iterator[dict]:
+    """Many agents hit one failing tool at once (a fleet incident): varied arguments, the same error."""
+    rng = random.Random(seed)
+    scripts = []
+    for a in range(agents):
+        agent = f"{prefix}-agent-{a:03d}"
+        for r in range(runs_per_agent):
+            run = RunScript(agent, f"agent:{agent}:main", f"{agent}-run{r}", "healthy", random.Random(rng.random()), 0)
+            events: list[dict] = []
+            for i in range(run_length):
+                events += run._pair(tool, {"query": f"{_text(rng, 3)} {i}", "count": 5}, error=error)
+            events.append({"type": "run_end", **run.base})
+            scripts.append(iter(events))
+    while scripts:
+        i = rng.randrange(len(scripts))
+        try:
+            yield next(scripts[i])
+        except StopIteration:
+            scripts[i] = scripts[-1]
+            scripts.pop()
+
+
+def heartbeat_events(*, sessions: int = 3, runs: int = 4, prefix: str = "heartbeat") -> Iterator[dict]:
+    """Scheduled runs of a session redoing the same useless work, run after run (``cross_run_repeat``)."""
+    for s in range(sessions):
+        agent = f"{prefix}-agent-{s:03d}"
+        session = f"agent:{agent}:cron"
+        for r in range(runs):
+            run = RunScript(agent, session, f"{agent}-beat{r}", "healthy", random.Random(s), 0)
+            yield from run._pair("read", {"path": "/workspace/HEARTBEAT.md"}, _result("- check the inbox"))
+            yield from run._pair("message", {"action": "read", "channel": "inbox"}, _result("no new messages"))
+            yield from run._pair("memory_search", {"query": "pending tasks"}, _result("nothing pending"))
+            yield {"type": "run_end", **run.base}

@@ -15,6 +15,7 @@ from schemas.config import FleetConfig
 from streams.internals.faust_table import fetcher_service
 from streams.worker.configfeed import ConfigFeed
 from streams.worker.health import Health, Watchdog
+from streams.worker.fleet_agent import install as install_fleet
 from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runtable import RunTable
@@ -106,6 +107,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     processor = RunProcessor(s, metrics, runtable, send, lambda: feed.fleet)
     health = Health(s.stall_timeout, lambda: {"app": app, "consumer": app.consumer, "producer": app.producer,
                                               "fetcher": fetcher_service(app)})
+    fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
+        tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]})
+    processor.stepper, processor.after_step = fleet_rt.step, fleet_rt.after_step
     rt = Runtime(s, metrics, feed, runtable, processor, health)
 
     @app.timer(min(1.0, s.stall_timeout / 4))
@@ -177,4 +181,5 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         metrics.ready.set(1 if status["ready"] else 0)
         return web.json(status, status=200 if status["ready"] else 503)
 
+    app.loopwarden_fleet = fleet_rt  # the dev view reads open incidents here
     return app, rt

@@ -85,6 +85,15 @@ class BatchResult(msgspec.Struct, kw_only=True):
 
 
 ReadFn = Callable[[int, bytes], "RunValue | None"]  # (partition, table key) -> value before this batch
+# (state, event, fleet config) -> StepResult: step() with the agent's settings; a hook for the fleet response
+StepFn = Callable[[Any, Any, FleetConfig], Any]
+# (state before, event, step result) -> [(topic, key, value)]: extra records to publish before the state
+AfterStepFn = Callable[[Any, Any, Any], list]
+
+
+def default_step(state: Any, event: Any, fleet: FleetConfig) -> Any:
+    agent = event.agent_id
+    return step(state, event, fleet.resolve(agent), ext=fleet.extensions(agent))
 
 
 def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verdict:
@@ -121,7 +130,8 @@ class _Sampler:
 
 def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, limits: Limits,
                 tool_label: Callable[[str | None], str] = lambda name: "other", now: float | None = None,
-                sampler: _Sampler | None = None) -> BatchResult:
+                sampler: _Sampler | None = None, stepper: StepFn = default_step,
+                after_step: AfterStepFn | None = None) -> BatchResult:
     """Apply ``records`` in order; nothing is published or stored here (see the module docstring)."""
     now = time.time() if now is None else now
     sampler = sampler or _Sampler()
@@ -159,7 +169,8 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         timed = sampler.due()
         t0 = perf() if timed else 0.0
         try:
-            result = step(value.state if value is not None else None, event, fleet.resolve(event.agent_id))
+            state_in = value.state if value is not None else None
+            result = stepper(state_in, event, fleet)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             log.exception("step() failed at %s", source)
             err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
@@ -175,6 +186,9 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             continue
         if result.guard_armed:
             counts.guard_arms += 1
+        if after_step is not None:
+            for topic_, key_, value_ in after_step(state_in, event, result):
+                outgoing.append(Outgoing(topic_, key_, value_, source))
         index = 0
         for det in result.detections:
             counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1

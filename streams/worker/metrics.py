@@ -56,6 +56,17 @@ class Metrics:
         self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic",
                                       registry=r)
         self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
+        # Fleet extensions (streams.fleet); labels: state, signal kind, capped tool name.
+        self.fleet_signals = Counter("loopwarden_fleet_signals", "Signals sent to the fleet side, by kind",
+                                     ["kind"], registry=r)
+        self.fleet_joins = Counter("loopwarden_fleet_joins", "Runs that joined a failure signature, by tool",
+                                   ["tool"], registry=r)
+        self.incidents = Counter("loopwarden_incidents", "Incident records published, by state", ["state"],
+                                 registry=r)
+        self.open_incidents = Gauge("loopwarden_open_incidents", "Open incidents in this worker's partitions",
+                                    registry=r)
+        self.incident_runs = Gauge("loopwarden_incident_runs", "Runs joined to open incidents, by tool",
+                                   ["tool"], registry=r)
         self.assigned_partitions = Gauge("loopwarden_assigned_partitions",
                                          "Input-topic partitions assigned to this worker", registry=r)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from streams.worker.batch import BatchResult, Limits, apply_batch
+from streams.worker.batch import BatchResult, Limits, apply_batch, default_step
 from streams.worker.committer import Committer, SendFn
 from streams.worker.metrics import Metrics
 from streams.worker.runcodec import decode_value
@@ -37,6 +37,8 @@ class RunProcessor:
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
+        self.stepper = default_step  # hooks of the fleet extensions (streams.worker.fleet_agent)
+        self.after_step: Any = None
         self.limits = Limits(control_topic=settings.control_topic, dead_letter_topic=settings.dead_letter_topic,
                              max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth)
         dead_topic = settings.dead_letter_topic
@@ -50,7 +52,8 @@ class RunProcessor:
     async def process(self, messages: Iterable[Any]) -> "asyncio.Future[None]":
         """Apply a batch; return a future that is done once the batch is durable (then ack it)."""
         async with self.lock:
-            result = apply_batch(messages, self.committer.read, self.fleet(), self.limits, self.metrics.tool)
+            result = apply_batch(messages, self.committer.read, self.fleet(), self.limits, self.metrics.tool,
+                                 stepper=self.stepper, after_step=self.after_step)
             self.positions.update(result.positions)
             return await self.committer.submit(result)
 

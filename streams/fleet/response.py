@@ -1,0 +1,84 @@
+"""The run side's view of open incidents, and the block they imply (``incidents.block``).
+
+The fleet side publishes every incident record on the incidents topic; each
+worker reads that topic whole (every run partition must know every open
+incident) into an :class:`IncidentBoard`. With ``block`` on for the run's
+agent, a tool call whose tool has an open incident is blocked once the run's
+window already holds ``blockAfter`` records of that incident's signature; the
+message names the incident. A blocked call is not recorded and its result
+is vetoed, as for OpenClaw's own blocks.
+"""
+
+from __future__ import annotations
+
+from schemas.config import ResolvedConfig
+from schemas.events import Event, ToolCall
+from schemas.extensions import Extensions
+from schemas.verdicts import Detection
+from streams.detection.engine import StepResult, step
+from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
+from streams.detection.tools import normalize_tool_name
+from streams.fleet.joins import matching
+from schemas.fleet import Incident
+
+
+class IncidentBoard:
+    """Open incidents by tool name, fed with incident records in topic order."""
+
+    __slots__ = ("by_tool",)
+
+    def __init__(self) -> None:
+        self.by_tool: dict[str, dict[str, Incident]] = {}
+
+    def apply(self, record: Incident) -> None:
+        tool = self.by_tool.setdefault(record.tool_name, {})
+        if record.state == "resolved":
+            tool.pop(record.incident_id, None)
+            if not tool:
+                del self.by_tool[record.tool_name]
+        else:
+            tool[record.incident_id] = record
+
+    def open_incidents(self) -> list[Incident]:
+        return [i for tool in self.by_tool.values() for i in tool.values()]
+
+    def __bool__(self) -> bool:
+        return bool(self.by_tool)
+
+
+def fleet_block(state: RunState, event: ToolCall, board: IncidentBoard, ext: Extensions) -> Detection | None:
+    """The block of a call that would feed an open incident, or None."""
+    tool = normalize_tool_name(event.tool_name)
+    incidents = board.by_tool.get(tool)
+    if not incidents:
+        return None
+    need = max(1, ext.incidents.block_after)
+    for inc in incidents.values():
+        n = matching(state.history, tool, inc.outcome_hash, inc.unknown_tool)
+        if n >= need:
+            return Detection(
+                level="critical", detector="fleet_incident", count=n, warning_key=f"fleet_incident:{inc.incident_id}",
+                tool_name=tool, emitted=True, action="block",
+                message=f"CRITICAL: fleet incident {inc.incident_id}: {inc.run_count} runs of {inc.agent_count} "
+                        f"agents get the same outcome from {tool}; this run has had it {n} times. "
+                        "Call blocked; try another approach.",
+            )
+    return None
+
+
+def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext: Extensions,
+               board: IncidentBoard | None) -> StepResult:
+    """``step()``, preceded by the fleet response when it is on and an incident is open."""
+    if board and ext.incidents.block and isinstance(event, ToolCall) and state is not None:
+        event_id = event.event_id
+        if not (event_id and event_id in state.seen):  # a repeat: step() reports it
+            det = fleet_block(state, event, board, ext)
+            if det is not None:
+                if event_id:
+                    state.seen.append(event_id)
+                    del state.seen[:-MAX_SEEN_EVENT_IDS]
+                if event.tool_call_id:  # its result is the veto
+                    state.blocked.append(event.tool_call_id)
+                    del state.blocked[:-MAX_BLOCKED_CALLS]
+                return StepResult(state, (det,))
+    return step(state, event, config)

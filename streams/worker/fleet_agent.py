@@ -1,0 +1,262 @@
+"""Worker wiring of the fleet extensions (streams.fleet): repartition topics, agents, tables, board.
+
+Runs are partitioned by run key, but an incident gathers runs of many
+partitions, and a session's runs may sit on several. So the run side (the
+batch path) sends each :class:`JoinSignal` to ``<app id>-fleet-signatures``
+keyed by signature, and each :class:`FinishedRun` to
+``<app id>-fleet-sessions`` keyed by session key. Two Faust agents read those
+topics, each with its own changelogged table (signature -> incident state,
+session -> newest fingerprints), so a signature's runs may be spread over
+every worker while its incident lives in exactly one partition: it opens once.
+
+Crash safety is the run table's: a signal is delivered before the run state
+that remembers it is written, and an incident record is delivered before the
+signature state that produced it; a replay re-applies signals, which the
+state machine ignores for runs it already counts, and a re-published record
+carries the same ``incident_id``.
+
+Every worker also reads the whole incidents topic into an
+:class:`IncidentBoard`, the run side's view of open incidents used by the
+fleet response (``incidents.block``).
+
+Event time: a signature partition's clock is the newest signal ``ts`` it
+has seen; while no signal arrives it moves on with the wall clock, so a
+quiet fleet still resolves its incidents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from typing import Any, Awaitable, Callable
+
+import faust
+import msgspec
+
+from streams.worker.batch import default_step
+
+from schemas.config import GLOBAL_KEY, FleetConfig
+from schemas.events import Event, RunEnd, ToolResult, key_for
+from schemas.fleet import FinishedRun, Incident, JoinSignal, decode_incident, decode_signal, encode, signal_key
+from schemas.verdicts import Verdict
+from streams.detection.engine import StepResult
+from streams.detection.state import RunState
+from streams.fleet import crossrun, incidents
+from streams.fleet.joins import run_signals
+from streams.fleet.response import IncidentBoard, fleet_step
+from streams.worker.metrics import Metrics
+from streams.worker.runtable import RunTable
+from streams.worker.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SIGNATURES_TABLE = "fleet-signatures"
+SESSIONS_TABLE = "fleet-sessions"
+_verdict_encoder = msgspec.json.Encoder()
+
+SendFn = Callable[..., Awaitable[Any]]  # (topic, key, value, partition=None) -> delivery future
+
+
+def fleet_topics(settings: Settings) -> tuple[str, str]:
+    """The two repartition topics (:attr:`Settings.fleet_topics`)."""
+    return settings.fleet_topics
+
+
+class FleetRuntime:
+    """The fleet side of one worker; :meth:`step` and :meth:`after_step` are the batch path's hooks."""
+
+    def __init__(self, app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig],
+                 send: SendFn) -> None:
+        s = self.settings = settings
+        self.metrics = metrics
+        self.fleet = fleet
+        self.send = send
+        self.board = IncidentBoard()
+        self.board_loaded = asyncio.Event()
+        sig_name, ses_name = fleet_topics(s)
+        self.signatures_topic = app.topic(sig_name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                                          value_serializer="raw", partitions=s.partitions, internal=True)
+        self.sessions_topic = app.topic(ses_name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                                        value_serializer="raw", partitions=s.partitions, internal=True)
+        self.signatures = RunTable(app.Table(SIGNATURES_TABLE, default=None, key_type=bytes, value_type=bytes,
+                                             partitions=s.partitions), sig_name, send)
+        self.sessions = RunTable(app.Table(SESSIONS_TABLE, default=None, key_type=bytes, value_type=bytes,
+                                           partitions=s.partitions), ses_name, send)
+        self.watermark = -math.inf  # newest signal ts seen by this worker
+        self._arrived = time.time()  # wall time of the newest signal
+        self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns
+
+    # -- run side (called by the batch path, per applied event) -----------------------------------
+
+    def step(self, state: RunState | None, event: Event, fleet: FleetConfig) -> StepResult:
+        """``step()`` plus the fleet response while an incident is open (else exactly the default step)."""
+        if not self.board:
+            return default_step(state, event, fleet)
+        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions(event.agent_id),
+                          self.board)
+
+    def after_step(self, state_in: RunState | None, event: Event, result: StepResult) -> list:
+        """This step's signals for the repartition topics, as (topic, key, value) records to publish
+        before the state that remembers them is written (the committer's order)."""
+        if not isinstance(event, (ToolResult, RunEnd)):
+            return []
+        signals = run_signals(state_in, event, result, self.fleet().extensions(event.agent_id), time.time())
+        out = []
+        for signal in signals:
+            joined = isinstance(signal, JoinSignal)
+            topic = self.signatures_topic.get_topic_name() if joined else self.sessions_topic.get_topic_name()
+            self.metrics.fleet_signals.labels("join" if joined else "finished_run").inc()
+            if joined:
+                self.metrics.fleet_joins.labels(self.metrics.tool(signal.tool_name)).inc()
+            out.append((topic, signal_key(signal), encode(signal)))
+        return out
+
+    # -- fleet side ---------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """This worker's event time: the newest signal ts, moved on by the wall time since it came."""
+        if self.watermark == -math.inf:
+            return -math.inf
+        return self.watermark + max(0.0, time.time() - self._arrived)
+
+    async def publish(self, records: list[Incident]) -> None:
+        if not records:
+            return
+        topic = self.settings.incidents_topic
+        deliveries = [await self.send(topic, r.incident_id.encode(), encode(r)) for r in records]
+        await asyncio.gather(*deliveries)
+        for r in records:
+            self.metrics.incidents.labels(r.state).inc()
+
+    async def on_signature(self, partition: int, key: bytes, raw: bytes) -> None:
+        signal = decode_signal(raw)
+        if not isinstance(signal, JoinSignal):
+            return
+        if signal.ts > self.watermark:
+            self.watermark = signal.ts
+        self._arrived = time.time()
+        cfg = self.fleet().extensions(GLOBAL_KEY).incidents
+        stored = self.signatures.get(partition, key)
+        st, records = incidents.apply_join(incidents.decode_state(stored) if stored else None, signal, cfg)
+        await self.publish(records)  # delivered before the state that produced them is written
+        await self.signatures.write([(partition, key, incidents.encode_state(st))])
+
+    async def on_session(self, partition: int, key: bytes, raw: bytes) -> None:
+        run = decode_signal(raw)
+        if not isinstance(run, FinishedRun):
+            return
+        stored = self.sessions.get(partition, key)
+        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run,
+                                        self.fleet().extensions(run.agent_id).cross_run)
+        deliveries = []
+        for verdict in verdicts:
+            rkey = key_for(verdict.agent_id, verdict.session_id, verdict.run_id).encode()
+            deliveries.append(await self.send(self.settings.control_topic, rkey,
+                                              _verdict_encoder.encode(_stamped(verdict))))
+        await asyncio.gather(*deliveries)  # delivered before the session state that warned is written
+        for _ in verdicts:
+            self.metrics.verdicts.labels("warn", "cross_run_repeat").inc()
+        await self.sessions.write([(partition, key, crossrun.encode_state(st))])
+
+    async def sweep(self, owned: set[int]) -> None:
+        """Resolve quiet incidents, forget stale joins; refresh the gauges (the timer's job)."""
+        now = self.now()
+        cfg = self.fleet().extensions(GLOBAL_KEY).incidents
+        open_count = 0
+        runs: dict[str, int] = {}
+        writes, records = [], []
+        latest = -math.inf
+        for partition, key, raw in list(self.signatures.owned_items(owned)):
+            st = incidents.decode_state(raw)
+            latest = max(latest, st.last_seen)
+            kept = len(st.recent)
+            new, out = (st, []) if now == -math.inf else incidents.expire(st, now, cfg)
+            records += out
+            if new is None:
+                writes.append((partition, key, None))
+                continue
+            if len(new.recent) != kept:
+                writes.append((partition, key, incidents.encode_state(new)))
+            if new.incident_id is not None:
+                open_count += 1
+                label = self.metrics.tool(new.tool_name)
+                runs[label] = runs.get(label, 0) + new.run_count
+        if now == -math.inf and latest > -math.inf:  # restarted: event time resumes from the stored states
+            self.watermark, self._arrived = latest, time.time()
+        await self.publish(records)
+        await self.signatures.write(writes)
+        m = self.metrics
+        m.open_incidents.set(open_count)
+        m.incident_runs.clear()
+        for label, n in runs.items():
+            m.incident_runs.labels(label).set(n)
+
+    async def board_feed(self) -> None:
+        """Every incident record, from the start of the topic, onto this worker's board."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        from streams.kafka.connection import kafka_auth
+
+        s = self.settings
+        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100,
+                                    client_id="loopwarden-incidents", **kafka_auth(s))
+        await consumer.start()
+        try:
+            partitions = None
+            while not partitions:
+                await consumer.topics()
+                partitions = consumer.partitions_for_topic(s.incidents_topic)
+                if not partitions:
+                    await asyncio.sleep(0.5)
+            tps = [TopicPartition(s.incidents_topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            while True:
+                for records in (await consumer.getmany(timeout_ms=200, max_records=1000)).values():
+                    for record in records:
+                        try:
+                            self.board.apply(decode_incident(record.value))
+                        except Exception:  # not ours: ignore, never stop the feed
+                            log.warning("incident record at %s:%s ignored", record.partition, record.offset)
+                self.board_loaded.set()
+        finally:
+            await consumer.stop()
+
+
+def _stamped(verdict: Verdict) -> Verdict:
+    """The verdict with the wall time of its publication (``event_ts`` keeps the run's end)."""
+    return msgspec.structs.replace(verdict, ts=time.time())
+
+
+def install(app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig],
+            send: SendFn, owned: Callable[[], set[int]]) -> FleetRuntime:
+    """Create the fleet runtime and register its agents, timer and board task on ``app``."""
+    rt = FleetRuntime(app, settings, metrics, fleet, send)
+
+    @app.agent(rt.signatures_topic, name="loopwarden.fleet-signatures")
+    async def signatures(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            async with rt.lock:
+                await rt.on_signature(msg.partition, msg.key, msg.value)
+
+    @app.agent(rt.sessions_topic, name="loopwarden.fleet-sessions")
+    async def sessions(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            await rt.on_session(msg.partition, msg.key, msg.value)
+
+    @app.timer(1.0)
+    async def fleet_sweep() -> None:
+        if app.rebalancing:
+            return
+        async with rt.lock:
+            await rt.sweep(owned())
+
+    @app.task
+    async def incident_board() -> None:
+        await rt.board_feed()
+
+    return rt

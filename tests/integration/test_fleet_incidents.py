@@ -1,0 +1,148 @@
+"""Fleet incidents across workers: the signature's partition may belong to another worker than its runs.
+
+Runs are keyed by run key; their join signals are re-keyed by signature. The
+tests pick run ids that land on one worker and a failure whose signature
+lands on the other, and check that the incident opens exactly once, on the
+other worker, and survives a SIGKILL of the worker that holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aiokafka.partitioner import murmur2
+
+from schemas.config import FleetConfig
+from schemas.events import decode_event
+from streams.detection import step
+from streams.fleet.joins import run_signals
+
+from .support import collect, produce_events
+
+PARTITIONS = 4
+DOC = {"loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2, "window": 600}}}
+
+
+def partition_of(key: str) -> int:
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS
+
+
+def failing_run(run: str, agent: str, error: str, calls: int = 3) -> list[dict]:
+    out = []
+    for i in range(calls):
+        base = {"agent_id": agent, "session_id": f"s-{run}", "run_id": run, "tool_name": "web_search",
+                "tool_call_id": f"{run}-{i}", "params": {"query": f"{run} attempt {i}"}}
+        out += [{"type": "tool_call", **base}, {"type": "tool_result", **base, "error": error}]
+    return out
+
+
+def signature_of(error: str) -> str:
+    """The signature a run with this failure joins (the same pure code the workers run)."""
+    fleet = FleetConfig.from_document(DOC)
+    state = None
+    for e in failing_run("probe", "probe", error):
+        event = decode_event(json.dumps({**e, "ts": 1.0}))
+        result = step(state, event, fleet.resolve("probe"))
+        state = result.state
+        signals = run_signals(state, event, result, fleet.extensions("probe"))
+        if signals:
+            return signals[0].signature
+    raise AssertionError("no join")
+
+
+def settled(first, second, timeout: float = 90.0) -> tuple[set[int], set[int]]:
+    """Both workers ready and the partitions split between them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        a, b = set(first.wait_ready()["partitions"]), set(second.wait_ready()["partitions"])
+        if a and b and not a & b and a | b == set(range(PARTITIONS)):
+            return a, b
+        time.sleep(0.5)
+    raise AssertionError(f"partitions never split: {a} {b}")
+
+
+def pick(runs_on: set[int], signature_on: set[int], n_runs: int) -> tuple[list[str], str]:
+    runs = [f"run-{i}" for i in range(200) if partition_of(f"run-{i}") in runs_on][:n_runs]
+    error = next(f"503 search backend unreachable (edge {k})" for k in range(200)
+                 if partition_of(signature_of(f"503 search backend unreachable (edge {k})")) in signature_on)
+    return runs, error
+
+
+def incident_records(tansu: str, topic: str, until, timeout: float = 60.0) -> list[dict]:
+    records = collect(tansu, topic, until=lambda rs: until([json.loads(r.value) for r in rs]), idle=2.0,
+                      timeout=timeout)
+    return [json.loads(r.value) for r in records]
+
+
+def opened(records: list[dict]) -> set[str]:
+    return {r["incident_id"] for r in records if r["state"] == "open"}
+
+
+def test_incident_opens_once_on_the_worker_owning_the_signature(tansu, names, workers, tmp_path):
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps(DOC))
+    first, second = workers(names, "one", config=config), workers(names, "two", config=config)
+    a, b = settled(first, second)
+    runs, error = pick(a, b, 6)
+    events = [e for i, run in enumerate(runs) for e in failing_run(run, f"agent-{i % 3}", error)]
+    produce_events(tansu, names.events, events)
+
+    records = incident_records(tansu, names.incidents, lambda rs: sum(r["state"] == "update" for r in rs) >= 1)
+    assert len(opened(records)) == 1, records
+    assert [r["state"] for r in records] == ["open", "update"]
+    assert records[-1]["run_count"] == 6 and records[-1]["agent_count"] == 3
+    assert sorted(records[-1]["run_keys"]) == sorted(runs)
+    assert "503 search backend unreachable" in records[0]["sample"]
+    # the runs were all on the first worker, the incident was made by the second
+    assert first.metrics().get('loopwarden_fleet_signals_total{kind="join"}') == 6
+    assert second.metrics().get("loopwarden_events_total", 0.0) == 0
+    assert second.metrics().get('loopwarden_incidents_total{state="open"}') == 1
+    assert first.metrics().get('loopwarden_incidents_total{state="open"}', 0.0) == 0
+    second.wait_metric("loopwarden_open_incidents", 1)
+
+
+def test_sigkill_during_an_open_incident_opens_no_duplicate(tansu, names, workers, tmp_path):
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps(DOC))
+    first, second = workers(names, "one", config=config), workers(names, "two", config=config)
+    a, b = settled(first, second)
+    runs, error = pick(a, b, 8)
+    agents = [f"agent-{i % 3}" for i in range(len(runs))]
+    produce_events(tansu, names.events, [e for run, agent in zip(runs[:5], agents) for e in failing_run(run, agent, error)])
+    incident_records(tansu, names.incidents, lambda rs: len(opened(rs)) == 1)
+
+    # SIGKILL the worker holding the incident right after it opened (its offsets may not be committed),
+    # and lose its disk too: the survivor takes the partition over from the changelog.
+    second.kill()
+    second.wipe()
+    produce_events(tansu, names.events, [e for run, agent in zip(runs[5:], agents[5:])
+                                         for e in failing_run(run, agent, error)])
+    records = incident_records(tansu, names.incidents, lambda rs: any(r["run_count"] == 8 for r in rs), timeout=90)
+    assert len(opened(records)) == 1, records
+    assert len({r["incident_id"] for r in records}) == 1
+    assert {r["state"] for r in records} == {"open", "update"}
+    assert max(r["run_count"] for r in records) == 8
+    # the runs of the incident are counted once each, whatever was replayed
+    assert sorted(next(r for r in records if r["run_count"] == 8)["run_keys"]) == sorted(runs)
+
+
+def test_cross_run_repeat_warns_across_partitions(tansu, names, workers, tmp_path):
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps({"loopwarden": {"crossRun": {"enabled": True, "runs": 3}}}))
+    worker = workers(names, "solo", config=config)
+    worker.wait_ready()
+    session = "agent:hb:cron"
+    runs = [f"beat-{i}" for i in range(4)]
+    assert len({partition_of(r) for r in runs}) > 1  # the session's runs sit on several partitions
+    events = []
+    for run in runs:
+        base = {"agent_id": "hb", "session_id": session, "run_id": run, "tool_name": "read",
+                "tool_call_id": f"{run}-0", "params": {"path": "HEARTBEAT.md"}}
+        events += [{"type": "tool_call", **base}, {"type": "tool_result", **base, "result": "nothing to do"},
+                   {"type": "run_end", "agent_id": "hb", "session_id": session, "run_id": run}]
+    produce_events(tansu, names.events, events)
+    records = collect(tansu, names.control, until=lambda rs: len(rs) >= 2, timeout=60)
+    warned = sorted((json.loads(r.value)["run_id"], r.key.decode()) for r in records
+                    if json.loads(r.value).get("detector") == "cross_run_repeat")
+    assert warned == [("beat-2", "beat-2"), ("beat-3", "beat-3")]

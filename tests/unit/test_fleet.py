@@ -1,0 +1,347 @@
+"""Fleet incidents and cross_run_repeat: the pure code (streams.fleet) and ``replay --incidents``."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from schemas.config import FleetConfig
+from schemas.events import decode_event
+from schemas.extensions import CrossRun, Incidents
+from streams.detection import RunState, decode_state, step
+from streams.fleet import crossrun, incidents
+from streams.fleet.joins import fingerprint, run_signals
+from streams.fleet.offline import FleetSide
+from schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
+from streams.replay import replay_lines
+
+EXT_ON = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}})
+CFG = Incidents(enabled=True)  # minStreak 3, minRuns 5, minAgents 2, window 600
+
+
+def pair(run: str, n: int, tool: str, params: dict, *, agent: str = "a1", ts: float = 0.0,
+         error: str | None = None, result=None, session: str | None = None) -> list[dict]:
+    base = {"agent_id": agent, "session_id": session or f"s-{run}", "run_id": run, "ts": ts}
+    call_id = f"{run}-{n}"
+    done = {"type": "tool_result", **base, "tool_name": tool, "tool_call_id": call_id, "params": params}
+    if error is not None:
+        done["error"] = error
+    else:
+        done["result"] = result
+    return [{"type": "tool_call", **base, "tool_name": tool, "tool_call_id": call_id, "params": params}, done]
+
+
+def drive(events: list[dict], fleet: FleetConfig = EXT_ON) -> tuple[list, RunState | None]:
+    """Step one run's events; every signal run_signals emits, in order."""
+    state, signals = None, []
+    for e in events:
+        event = decode_event(json.dumps(e))
+        before = state
+        result = step(state, event, fleet.resolve(event.agent_id))
+        signals += run_signals(before if before is not None else result.state, event, result,
+                               fleet.extensions(event.agent_id))
+        state = result.state
+    return signals, state
+
+
+def failing_run(run: str, agent: str, ts: float, error: str = "503 Service Unavailable: upstream down",
+                calls: int = 3, tool: str = "web_search") -> list[dict]:
+    out = []
+    for i in range(calls):  # arguments vary on every call: the failure is the same
+        out += pair(run, i, tool, {"query": f"{run} try {i}"}, agent=agent, ts=ts + i, error=error)
+    return out
+
+
+# -- joining ---------------------------------------------------------------------------------------
+
+def test_same_failure_with_varied_arguments_joins_once_at_min_streak():
+    signals, state = drive(failing_run("r1", "a1", 100.0, calls=6))
+    assert len(signals) == 1
+    s = signals[0]
+    assert isinstance(s, JoinSignal)
+    assert (s.run_key, s.agent_id, s.tool_name, s.streak, s.unknown_tool) == ("r1", "a1", "web_search", 3, None)
+    assert s.ts == 102.0  # the third result's event time
+    assert s.signature == outcome_signature("web_search", s.outcome_hash)
+    assert "503 Service Unavailable" in s.sample
+    assert state.joined == [s.signature]
+
+
+def test_two_failures_do_not_reach_the_streak_together():
+    events = failing_run("r1", "a1", 0.0, error="timeout", calls=2) + failing_run("r1", "a1", 10.0, error="refused",
+                                                                                    calls=2)
+    for i, e in enumerate(events):  # distinct call ids across the two halves
+        e["tool_call_id"] = f"c{i // 2}"
+    assert drive(events)[0] == []
+
+
+def test_same_outcome_of_different_tools_is_two_signatures():
+    events = failing_run("r1", "a1", 0.0, tool="read", calls=2) + failing_run("r1", "a1", 5.0, tool="exec", calls=2)
+    for i, e in enumerate(events):
+        e["tool_call_id"] = f"c{i // 2}"
+    assert drive(events)[0] == []
+
+
+def test_unknown_tool_joins_by_name():
+    events = []
+    for i in range(3):
+        events += pair("r1", i, "browser_navigate", {"url": f"https://x/{i}"}, ts=float(i),
+                       error=f"Unknown tool: browser_navigate (attempt {i})")
+    signals, _ = drive(events)
+    assert [(s.signature, s.unknown_tool) for s in signals] == [(unknown_signature("browser_navigate"),
+                                                                 "browser_navigate")]
+
+
+def test_off_by_default_sends_nothing():
+    assert drive(failing_run("r1", "a1", 0.0, calls=5), FleetConfig())[0] == []
+
+
+def test_min_streak_is_the_agents_setting():
+    fleet = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}},
+                                       "agents": {"list": [{"id": "a2", "loopwarden": {"incidents": {"minStreak": 5}}}]}})
+    assert len(drive(failing_run("r1", "a1", 0.0, calls=3), fleet)[0]) == 1
+    assert drive(failing_run("r2", "a2", 0.0, calls=4), fleet)[0] == []
+    assert len(drive(failing_run("r3", "a2", 0.0, calls=5), fleet)[0]) == 1
+
+
+def test_old_stored_run_state_still_decodes():
+    class OldRunState(msgspec.Struct, array_like=True):  # RunState before `joined`
+        history: list = msgspec.field(default_factory=lambda: [[], [], [], [], []])
+        buckets: dict = msgspec.field(default_factory=dict)
+        guard: list = msgspec.field(default_factory=lambda: [0, [], False])
+        blocked: list = msgspec.field(default_factory=list)
+        seen: list = msgspec.field(default_factory=lambda: ["e1"])
+
+    state = decode_state(msgspec.msgpack.encode(OldRunState()))
+    assert state.seen == ["e1"] and state.joined is None
+
+
+# -- the incident state machine --------------------------------------------------------------------
+
+def join(run: str, agent: str, ts: float, signature: str = outcome_signature("web_search", "error:abc")) -> JoinSignal:
+    return JoinSignal(signature=signature, run_key=run, agent_id=agent, ts=ts, tool_name="web_search",
+                      outcome_hash="error:abc", sample="503")
+
+
+def feed(signals, cfg: Incidents = CFG, st=None):
+    records = []
+    for s in signals:
+        st, out = incidents.apply_join(st, s, cfg)
+        records += out
+    return st, records
+
+
+def test_opens_at_min_runs_of_min_agents():
+    joins = [join(f"r{i}", f"a{i % 2}", 10.0 + i) for i in range(5)]
+    st, records = feed(joins[:4])
+    assert records == []
+    st, records = feed(joins[4:], st=st)
+    [rec] = records
+    assert (rec.state, rec.run_count, rec.agent_count) == ("open", 5, 2)
+    assert rec.run_keys == ["r0", "r1", "r2", "r3", "r4"] and sorted(rec.agent_ids) == ["a0", "a1"]
+    assert (rec.first_seen, rec.last_seen, rec.ts) == (10.0, 14.0, 14.0)
+    assert (rec.tool_name, rec.outcome_hash, rec.sample) == ("web_search", "error:abc", "503")
+
+
+def test_one_agent_alone_opens_nothing():
+    assert feed([join(f"r{i}", "a1", float(i)) for i in range(12)])[1] == []
+
+
+def test_joins_further_apart_than_the_window_never_open():
+    cfg = Incidents(enabled=True, window=60.0)
+    st, records = feed([join(f"r{i}", f"a{i}", 100.0 * i) for i in range(10)], cfg)
+    assert records == [] and len(st.recent) == 1
+
+
+def test_later_joins_update_and_silence_resolves():
+    st, records = feed([join(f"r{i}", f"a{i % 3}", float(i)) for i in range(7)])
+    assert [r.state for r in records] == ["open", "update", "update"]
+    assert [r.run_count for r in records] == [5, 6, 7]
+    assert records[-1].agent_count == 3
+    st, out = incidents.expire(st, 6.0 + 599.0, CFG)
+    assert out == [] and st is not None
+    st, out = incidents.expire(st, 6.0 + 600.0, CFG)
+    assert st is None and [(r.state, r.incident_id) for r in out] == [("resolved", records[0].incident_id)]
+
+
+def test_a_redelivered_join_changes_nothing():
+    joins = [join(f"r{i}", f"a{i % 2}", float(i)) for i in range(6)]
+    st, records = feed(joins)
+    st, again = feed(joins, st=st)
+    assert again == [] and st.run_count == 6
+
+
+def test_incident_id_is_deterministic_and_differs_per_signature():
+    joins = [join(f"r{i}", f"a{i % 2}", float(i)) for i in range(5)]
+    first = feed(joins)[1][0].incident_id
+    assert feed(joins)[1][0].incident_id == first  # a replay after a crash: same incident
+    other = [join(f"r{i}", f"a{i % 2}", float(i), signature=outcome_signature("exec", "error:def")) for i in range(5)]
+    assert feed(other)[1][0].incident_id != first
+    later = [join(f"r{i}", f"a{i % 2}", 1000.0 + i) for i in range(5)]
+    assert feed(later)[1][0].incident_id != first  # a new outage of the same signature
+
+
+def test_a_join_after_the_window_resolves_before_counting():
+    st, records = feed([join(f"r{i}", f"a{i % 2}", float(i)) for i in range(5)])
+    st, out = incidents.apply_join(st, join("late", "a9", 2000.0), CFG)
+    assert [r.state for r in out] == ["resolved"]
+    assert st.incident_id is None and [j.run_key for j in st.recent] == ["late"]
+
+
+# -- cross_run_repeat ------------------------------------------------------------------------------
+
+def finished(session: str, run: str, fp: str, n: int = 4, ts: float | None = None) -> FinishedRun:
+    return FinishedRun(session_key=session, run_key=run, agent_id="a1", ts=float(run[1:]) if ts is None else ts,
+                       fingerprint=fp, records=n, session_id=session, run_id=run)
+
+
+def observe_all(runs, cfg=CrossRun(enabled=True)):
+    """Per arriving run: the one verdict it caused, or None."""
+    st, verdicts = None, []
+    for r in runs:
+        st, v = crossrun.observe(st, r, cfg)
+        assert len(v) <= 1
+        verdicts.append(v[0] if v else None)
+    return verdicts
+
+
+def test_cross_run_out_of_order_arrival_warns_the_same_runs():
+    runs = [finished("s", f"r{i}", "fp") for i in range(4)]
+    in_order = [v.run_id for v in observe_all(runs) if v]
+    st, late = None, []
+    for r in [runs[1], runs[2], runs[3], runs[0]]:  # r0 ended first but arrives last
+        st, v = crossrun.observe(st, r, CrossRun(enabled=True))
+        late += [x.run_id for x in v]
+    assert sorted(late) == in_order == ["r2", "r3"]
+
+
+def test_cross_run_warns_the_newest_of_three_equal_runs():
+    v = observe_all([finished("s", f"r{i}", "fp") for i in range(4)])
+    assert v[:2] == [None, None]
+    assert (v[2].action, v[2].detector, v[2].run_id, v[2].level, v[2].count) == ("warn", "cross_run_repeat", "r2",
+                                                                                  "warning", 3)
+    assert v[3].run_id == "r3"
+
+
+def test_cross_run_different_or_empty_runs_do_not_warn():
+    assert observe_all([finished("s", "r0", "fp"), finished("s", "r1", "other"), finished("s", "r2", "fp")]) \
+        == [None] * 3
+    assert observe_all([finished("s", f"r{i}", "", 0) for i in range(5)]) == [None] * 5
+    assert observe_all([finished("s", "r0", "fp"), finished("s", "r0", "fp"), finished("s", "r0", "fp")]) == [None] * 3
+
+
+def test_fingerprint_is_a_multiset_of_records():
+    a = drive(pair("r1", 0, "read", {"p": 1}, result="x") + pair("r1", 1, "read", {"p": 2}, result="y"))[1]
+    b = drive(pair("r2", 0, "read", {"p": 2}, result="y") + pair("r2", 1, "read", {"p": 1}, result="x"))[1]
+    c = drive(pair("r3", 0, "read", {"p": 1}, result="x") + pair("r3", 1, "read", {"p": 1}, result="x"))[1]
+    assert fingerprint(a.history) == fingerprint(b.history)
+    assert fingerprint(a.history)[0] != fingerprint(c.history)[0]
+    assert fingerprint(RunState().history) == ("", 0)
+
+
+def heartbeat(session: str, run: str, ts: float, day: int = 0) -> list[dict]:
+    events = pair(run, 0, "read", {"path": "HEARTBEAT.md"}, ts=ts, session=session, result="nothing to do") + \
+        pair(run, 1, "exec", {"command": "check-inbox"}, ts=ts + 1, session=session, result=f"0 new{'' if not day else day}")
+    return events + [{"type": "run_end", "agent_id": "a1", "session_id": session, "run_id": run, "ts": ts + 2}]
+
+
+def test_cross_run_never_feeds_the_within_run_detectors():
+    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3,
+                                       "globalCircuitBreakerThreshold": 4}},
+           "loopwarden": {"crossRun": {"enabled": True}}}
+    trace = [json.dumps(e) for d in range(3) for e in heartbeat("hb", f"day{d}", 1000.0 * d)]
+    with_fleet = list(replay_lines(trace, FleetConfig.from_document(doc), incidents=True))
+    plain = list(replay_lines(trace, FleetConfig.from_document(doc)))
+    assert [r for r in with_fleet if "type" not in r] == plain == []
+    [verdict] = [r for r in with_fleet if r.get("type") == "verdict"]
+    assert (verdict["detector"], verdict["run_id"], verdict["session_id"]) == ("cross_run_repeat", "day2", "hb")
+
+
+def test_cross_run_changed_work_breaks_the_streak():
+    doc = {"loopwarden": {"crossRun": {"enabled": True}}}
+    trace = [json.dumps(e) for d in range(3) for e in heartbeat("hb", f"day{d}", 1000.0 * d, day=d % 2)]
+    assert [r for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True) if "type" in r] == []
+
+
+# -- replay --incidents end to end, the fleet response ---------------------------------------------
+
+def outage_trace(runs: int = 7, agents: int = 3, calls: int = 4) -> list[str]:
+    events = []
+    for r in range(runs):
+        events += failing_run(f"run{r}", f"agent{r % agents}", 100.0 + 10 * r, calls=calls)
+    events.append({"type": "tool_call", "agent_id": "x", "run_id": "quiet", "ts": 5000.0, "tool_name": "read"})
+    return [json.dumps(e) for e in events]
+
+
+def fleet_records(doc: dict, trace: list[str]) -> list[dict]:
+    return [r for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True) if isinstance(r, dict)
+            and "type" in r]
+
+
+def test_replay_incidents_open_update_resolve_in_event_time():
+    recs = fleet_records({"loopwarden": {"incidents": {"enabled": True}}}, outage_trace())
+    assert [r["state"] for r in recs] == ["open", "update", "update", "resolved"]
+    assert len({r["incident_id"] for r in recs}) == 1
+    assert recs[0]["run_count"] == 5 and recs[-1]["run_count"] == 7 and recs[-1]["agent_count"] == 3
+    assert recs[-1]["event_index"] == len(outage_trace()) - 1  # resolved when time reached 5000
+
+
+def test_replay_without_the_flag_or_with_it_off_is_unchanged():
+    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
+                                       "globalCircuitBreakerThreshold": 7}}}
+    from streams.devtools.synthetic import fleet_events
+
+    trace = [json.dumps({**e, "ts": float(i)}) for i, e in enumerate(fleet_events(agents=6, loop_share=0.9, seed=3))]
+    plain = list(replay_lines(trace, FleetConfig.from_document(doc)))
+    assert plain  # the trace does trigger OpenClaw's own detectors
+    assert list(replay_lines(trace, FleetConfig.from_document(doc), incidents=True)) == plain
+
+
+@pytest.mark.parametrize("block", [True, False])
+def test_fleet_response_blocks_calls_that_feed_an_open_incident(block):
+    doc = {"loopwarden": {"incidents": {"enabled": True, "block": block, "blockAfter": 3}}}
+    trace = outage_trace(runs=7, calls=5)
+    rows = [r for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True) if "detector" in r]
+    opened = next(i for i, line in enumerate(fleet_records(doc, trace)) if line["state"] == "open")
+    assert opened == 0
+    if not block:
+        assert rows == []
+        return
+    incident = fleet_records(doc, trace)[0]
+    assert rows and all(r["detector"] == "fleet_incident" and r["action"] == "block" for r in rows)
+    assert all(incident["incident_id"] in r["message"] for r in rows)
+    # runs 0-4 open it at run4's 3rd result; from then on a 4th matching call is refused
+    assert {r["run_id"] for r in rows} == {"run4", "run5", "run6"}
+    assert all(r["count"] == 3 for r in rows)
+
+
+def test_fleet_side_resolves_by_event_time_only():
+    side = FleetSide(FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True, "window": 60}}}))
+    out = []
+    for i in range(5):
+        out += side.receive(join(f"r{i}", f"a{i % 2}", 10.0 + i))
+    assert [r.state for r in out] == ["open"]
+    assert side.advance(70.0) == [] and side.advance(50.0) == []
+    assert [r.state for r in side.advance(74.0)] == ["resolved"] and side.signatures == {}
+
+
+# -- the simulator's scenarios ---------------------------------------------------------------------
+
+def test_simulated_outage_opens_one_incident_and_heartbeat_warns():
+    from streams.devtools.simulate import endless_fleet, with_scenarios
+
+    doc = {"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}}
+    events = with_scenarios(endless_fleet(10, 0.3, 7), outage=6, heartbeat=2, every=300)
+    trace = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(2000), events)]
+    recs = fleet_records(doc, trace)
+    opens = [r for r in recs if r.get("state") == "open"]
+    assert len(opens) == 1 and opens[0]["tool_name"] == "web_search" and opens[0]["agent_count"] >= 2
+    warned = {r["session_id"] for r in recs if r.get("detector") == "cross_run_repeat"}
+    assert {"agent:heartbeat0-agent-000:cron", "agent:heartbeat0-agent-001:cron"} <= warned
+    assert all(s.startswith("agent:heartbeat") for s in warned)
+    # later rounds of the same outage feed the open incident instead of opening another
+    assert any(r.get("state") == "update" and r["run_keys"][0].startswith("outage0") for r in recs)
+    # the healthy fleet alone never makes an incident
+    plain = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(2000), endless_fleet(10, 0.3, 7))]
+    assert fleet_records(doc, plain) == []
