@@ -95,7 +95,7 @@ DeadLetterReason = Literal[
   ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
   a number or null; ``await_decision`` not a boolean).
 - ``missing_field``: ``type`` or ``agent_id`` absent or null.
-- ``unknown_type``: ``type`` is a string, but not one of the four, as sent
+- ``unknown_type``: ``type`` is a string, but not one of the event types, as sent
   (``"tool_\\udbffcall"`` is not ``tool_call``).
 - ``blank_agent_id``: ``agent_id`` is empty after JavaScript's ``trim()``.
 - ``engine_error``: the event decoded but the engine raised (a bug; logged).
