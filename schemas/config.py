@@ -1,6 +1,6 @@
 """OpenClaw-shaped configuration: ``tools.loopDetection`` plus per-agent blocks.
 
-Resolution follows loop-detection.md §1: per-agent overlay (shallow, with
+Resolution follows streams/detection/RULES.md §1: per-agent overlay (shallow, with
 ``detectors`` and ``postCompactionGuard`` merged key by key; an explicit
 ``null`` replaces), numeric validation (positive integers only, otherwise
 the default), then clamping (critical > warning, global > critical).

@@ -1,4 +1,4 @@
-"""Events that runners publish on ``agent.events`` (wire.md, "Events").
+"""Events that runners publish on ``agent.events`` (schemas/WIRE.md, "Events").
 
 A tagged union on ``type``. The free-form payloads (``params``, ``result``,
 ``error``) stay :class:`msgspec.Raw` JSON: decoding them into Python objects
@@ -107,7 +107,7 @@ DeadLetterReason = Literal[
   ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
   a number or null; ``await_decision`` not a boolean).
 - ``missing_field``: ``type`` or ``agent_id`` absent or null.
-- ``unknown_type``: ``type`` is a string, but not one of the four, as sent
+- ``unknown_type``: ``type`` is a string, but not one of the event types, as sent
   (``"tool_\\udbffcall"`` is not ``tool_call``).
 - ``blank_agent_id``: ``agent_id`` is empty after JavaScript's ``trim()``.
 - ``engine_error``: the event decoded but the engine raised (a bug; logged).
@@ -243,7 +243,7 @@ def run_scope(run_id: str | None) -> str:
 
 
 def key_for(agent_id: str, session_id: str | None, run_id: str | None) -> str:
-    """The run key (wire.md): ``run_id`` when non-blank, else the session key.
+    """The run key (schemas/WIRE.md, "Keys"): ``run_id`` when non-blank, else the session key.
 
     Kafka keys are bytes: a lone surrogate becomes U+FFFD, as a JavaScript
     runner's UTF-8 encoding writes it (the run's state key stays exact).
@@ -254,7 +254,7 @@ def key_for(agent_id: str, session_id: str | None, run_id: str | None) -> str:
 
 
 def session_key(event: Event) -> str:
-    """``session_id`` when present, else ``agent_id`` (wire.md)."""
+    """``session_id`` when present, else ``agent_id`` (schemas/WIRE.md, "Keys")."""
     return event.session_id if event.session_id else event.agent_id
 
 

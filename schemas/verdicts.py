@@ -40,7 +40,7 @@ class Detection(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict"):
-    """A verdict on ``agent.loop-control`` (wire.md, "Verdicts").
+    """A verdict on ``agent.loop-control`` (schemas/WIRE.md, "Verdicts").
 
     ``verdict_id`` is derived from the triggering event's topic, partition and
     offset, so a re-delivered verdict carries the same id and can be dropped.

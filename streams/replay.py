@@ -40,7 +40,7 @@ class BadLine(NamedTuple):
 
 
 def detection_row(index: int, event, det: Detection) -> dict:
-    """One replay output line, fields in wire.md order."""
+    """One replay output line, fields in the order of schemas/WIRE.md."""
     row = {
         "event_index": index,
         "run_id": event.run_id,

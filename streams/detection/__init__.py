@@ -1,7 +1,8 @@
 """The pure detection engine: OpenClaw ``tools.loopDetection``, verdict for verdict.
 
 No Faust, no Kafka, no I/O: the worker, ``loopwarden replay``, the runner
-client and the unit tests all call :func:`step`.
+client and the unit tests all call :func:`step`. A "§N.M" in this package's
+docstrings is a section of ``streams/detection/RULES.md``.
 """
 
 from streams.detection.engine import StepResult, step

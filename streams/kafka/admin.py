@@ -16,7 +16,7 @@ from streams.kafka.connection import kafka_auth
 
 
 async def ensure_topics(settings: Any) -> list[str]:
-    """Create the four topics of wire.md when missing (config topic compacted); returns those created."""
+    """Create the four topics of schemas/WIRE.md when missing (config topic compacted); returns those created."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 

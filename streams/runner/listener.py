@@ -5,14 +5,14 @@ runs, and a run's partition is fixed by its key (chosen by the worker's
 producer), not by the runner. A shared group would split partitions across
 runners so most of them would miss their own verdicts; a unique group per
 process would work but costs a group join (Tansu holds joins for
-``session_timeout/2``, BROKER-NOTES.md §2), heartbeats and offset commits
+``session_timeout/2``, streams/ARCHITECTURE.md, "Tansu"), heartbeats and offset commits
 that a listener starting "from now" never uses. So: ``assign()`` all
 partitions, seek to the end, drop what belongs to unregistered runs.
 Cost: every runner reads every verdict (small JSON records); a very large
 fleet can shard control topics per runner pool.
 
 Starting "at the end" on Tansu may start a few records early (its
-``ListOffsets(LATEST)`` points at the start of the last batch, §1); those
+``ListOffsets(LATEST)`` points at the start of the last batch, streams/ARCHITECTURE.md, "Tansu"); those
 are old verdicts of runs nobody here registered, so they are dropped.
 The start offsets are resolved before :meth:`start` returns, so a gate
 check published afterwards cannot have its verdict skipped.

@@ -1,7 +1,7 @@
 """The tool result a runner hands the model instead of running a blocked call.
 
 OpenClaw recognises its own veto by ``details.status == "blocked"`` and
-``details.deniedReason == "tool-loop"`` (loop-detection.md §4.4, §9.3): such
+``details.deniedReason == "tool-loop"`` (streams/detection/RULES.md §4.4, §9.3): such
 a result is not hashed, so publishing it as the call's ``tool_result`` feeds
 neither the history nor the post-compaction guard.
 """

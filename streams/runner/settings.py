@@ -6,7 +6,7 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
   round-trip time. aiokafka still batches whatever queues up while a
   request is in flight, so throughput does not collapse.
 - ``fetch_wait_ms=10``: Tansu sleeps about half the fetch wait after every
-  fetch even with data waiting (BROKER-NOTES.md §4), so this bounds the
+  fetch even with data waiting (streams/ARCHITECTURE.md, "Tansu"), so this bounds the
   verdict hop; lower values only burn CPU on empty fetches.
 - ``check_timeout=2.0``: a gate never holds a run longer than this; past it
   the call is allowed (fail open) and counted.

@@ -95,7 +95,7 @@ def collect(bootstrap: str, topic: str, until: Any = lambda records: True, idle:
 
 def expected_verdicts(events: list[dict], positions: list[tuple[int, int]], topic: str,
                       fleet: FleetConfig) -> dict[str, dict]:
-    """verdict_id -> replay row, for every emitted detection (wire.md: only those are published)."""
+    """verdict_id -> replay row, for every emitted detection (schemas/WIRE.md: only those are published)."""
     lines = [json.dumps(e) for e in events]
     out: dict[str, dict] = {}
     per_event: dict[int, int] = {}

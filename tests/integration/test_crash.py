@@ -1,6 +1,6 @@
 """SIGKILL mid-stream: state comes back from the changelog, verdicts are those replay predicts.
 
-Tansu reports wrong end offsets (BROKER-NOTES §1); without the correction in
+Tansu reports wrong end offsets (streams/ARCHITECTURE.md, "Tansu"); without the correction in
 streams/transport.py, recovery stops early and the verdicts after the
 restart drift from replay. Delivery is at-least-once: a verdict may repeat
 (same verdict_id), but none may be missing and no event may count twice.
@@ -45,7 +45,7 @@ def test_sigkill_wipe_restart_recovers_from_changelog(tansu, names, workers, tmp
     split = len(events) // 3
 
     # 1. Kill when idle, all offsets committed: only the changelog holds the state. Tansu's
-    #    wrong end offsets would drop the last changelog batch here (BROKER-NOTES §1).
+    #    wrong end offsets would drop the last changelog batch here (streams/ARCHITECTURE.md, "Tansu").
     positions = produce_events(tansu, names.events, events[:split])
     wait_committed(tansu, names.app_id, names.events, positions)
     worker.kill()

@@ -161,7 +161,7 @@ def test_configmap_holds_the_example_config_and_it_loads(tmp_path):
     assert default.enabled and default.warning_threshold == 10 and default.critical_threshold == 20
     monitor = fleet.resolve("ops-monitor")
     assert monitor.enabled and monitor.warning_threshold == 20 and monitor.critical_threshold == 40
-    assert monitor.global_circuit_breaker_threshold == 41  # clamped above critical (spec 1.5)
+    assert monitor.global_circuit_breaker_threshold == 41  # clamped above critical (RULES.md §1.5)
 
 
 def test_service_and_podmonitor_select_the_worker_pods():

@@ -1,6 +1,6 @@
 """Small builders for the unit tests: events decoded from JSON text, a one-run driver
 around ``step()``, hand-written hashes (SHA-256 of canonical strings written out by
-hand from spec §2), and the message templates of §8.1/§10.4 copied verbatim."""
+hand from streams/detection/RULES.md §2), and the message templates of §8.1/§10.4 copied verbatim."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def event(type_: str, **fields: Any):
     return decode_event(json.dumps(body, ensure_ascii=False))
 
 
-# --- message templates, verbatim from loop-detection.md §8.1 and §10.4 ---
+# --- message templates, verbatim from streams/detection/RULES.md §8.1 and §10.4 ---
 
 def msg_unknown(name: str, n: int) -> str:
     return f"CRITICAL: attempted unavailable tool {name} {n} times. Stop retrying that missing tool and answer without it."

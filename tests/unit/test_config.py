@@ -1,4 +1,4 @@
-"""Spec §1 (configuration) and §12.1/§12.9: overlay, validation, clamping, switches, files."""
+"""streams/detection/RULES.md §1 (configuration) and §12.1/§12.9: overlay, validation, clamping, switches, files."""
 
 from __future__ import annotations
 

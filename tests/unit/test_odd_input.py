@@ -1,7 +1,7 @@
 """Odd input, OpenClaw's way (project issue 9): one test or more per case.
 
 Every expected digest is the SHA-256 of a canonical string written out here
-by hand from spec §2 (``sha``/``sig`` in helpers); events are JSON text as a
+by hand from RULES.md §2 (``sha``/``sig`` in helpers); events are JSON text as a
 runner would send it, with ``\\udXXX`` escapes and number literals that no
 Python value prints (``1e400``, 400-digit integers).
 """

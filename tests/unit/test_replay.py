@@ -1,4 +1,4 @@
-"""``loopwarden replay`` end to end on the hand-worked traces in tests/data (wire.md, "loopwarden replay").
+"""``loopwarden replay`` end to end on the hand-worked traces in tests/data (schemas/WIRE.md, "`loopwarden replay`").
 
 Each ``NAME.jsonl`` has a ``NAME.expected.jsonl`` worked out by hand from the spec
 (digests are SHA-256 of canonical strings written out by hand). Guard rows leave
