@@ -166,7 +166,7 @@ def _drain_rate(worker: Any, events: int) -> float:
         if n >= hi:
             t_hi, n_hi = now, n
             break
-        time.sleep(0.05)
+        time.sleep(0.1)  # each scrape costs the worker a /metrics render
     if t_lo is None or t_hi is None or t_hi <= t_lo:
         raise SystemExit("worker did not drain the backlog")
     while processed() < events:

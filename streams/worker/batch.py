@@ -137,13 +137,13 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     for msg in records:
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
         positions[partition] = offset
-        source = f"{topic}:{partition}:{offset}"
         try:
             event = screen(raw, limits.max_event_bytes, limits.max_depth)
         except EventDecodeError as exc:
             counts.dead[exc.reason] += 1
             outgoing.append(Outgoing(limits.dead_letter_topic, key,
-                                     dead_letter_value(exc, topic, partition, offset, raw), source))
+                                     dead_letter_value(exc, topic, partition, offset, raw),
+                                     f"{topic}:{partition}:{offset}"))
             continue
         counts.types[_TAGS[type(event)]] += 1
         rkey = run_key(event).encode("utf-8", "surrogatepass")
@@ -162,6 +162,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         try:
             result = step(value.state if value is not None else None, event, fleet.resolve(event.agent_id))
         except Exception as exc:  # an engine bug must not stop the fleet's stream
+            source = f"{topic}:{partition}:{offset}"
             log.exception("step() failed at %s", source)
             err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
             counts.dead[err.reason] += 1
@@ -176,6 +177,10 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             continue
         if result.guard_armed:
             counts.guard_arms += 1
+        gated = isinstance(event, ToolCall) and event.await_decision
+        if not (result.detections or gated):
+            continue
+        source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
         index = 0
         for det in result.detections:
             counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1
@@ -187,7 +192,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             index += 1
             counts.verdicts[(det.action, det.detector)] += 1
             outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(verdict), source, event.ts))
-        if index == 0 and isinstance(event, ToolCall) and event.await_decision:
+        if index == 0 and gated:
             counts.verdicts[("allow", "none")] += 1
             outgoing.append(Outgoing(control, rkey, _verdict_encoder.encode(allow_for(event, f"{source}:0", now)),
                                      source, event.ts))
