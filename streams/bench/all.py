@@ -71,6 +71,9 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
         out["engine_vs_floor"] = eng["engine_vs_floor"]
     if eng and wrk:
         out["drain_vs_engine"] = round(wrk["worker_events_per_s"] / eng["events_per_second"], 3)
+        # The same ratio in CPU time per event: steadier when other processes share the cores.
+        engine_cpu_us = eng["cpu_seconds_best"] / eng["events"] * 1e6
+        out["drain_vs_engine_cpu"] = round(engine_cpu_us / wrk["worker_cpu_us_per_event"], 3)
     if wrk:
         out["drain_vs_raw_consume"] = wrk["ratio_to_raw"]
         lats = wrk["latency"]
@@ -103,7 +106,9 @@ def text(report: dict[str, Any]) -> str:
         line = (f"worker:   {wrk['worker_events_per_s']:>8} events/s backlog drain; raw consume "
                 f"{wrk['raw_consume_per_s']} msg/s (drain/raw {r['drain_vs_raw_consume']})")
         if "drain_vs_engine" in r:
-            line += f"; drain/engine {r['drain_vs_engine']}{_mark('drain_vs_engine', r['drain_vs_engine'])}"
+            line += (f"; drain/engine {r['drain_vs_engine']}{_mark('drain_vs_engine', r['drain_vs_engine'])}; "
+                     f"worker {wrk['worker_cpu_us_per_event']} us CPU/event, engine/worker CPU per event "
+                     f"{r['drain_vs_engine_cpu']}")
         lines.append(line)
         for i, lat in enumerate(wrk["latency"]):
             name = "latency_fixed_p99_ms" if i == 0 else "latency_fraction_p99_ms"

@@ -130,8 +130,10 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
             if on_worker_start is not None:
                 on_worker_start(worker.pid)
             try:
-                throughput = _drain_rate(worker, events)
+                throughput, cpu_per_event = _drain_rate(worker, events)
                 result["worker_events_per_s"] = round(throughput)
+                # CPU time is less disturbed than wall time by other load on a shared machine.
+                result["worker_cpu_us_per_event"] = round(cpu_per_event * 1e6, 2)
                 result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
                 result["latency"] = []
                 for spec in latency_rates:
@@ -146,8 +148,12 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
     return result
 
 
-def _drain_rate(worker: Any, events: int) -> float:
-    """Events/s of the worker between 10% and 90% of the backlog (by its own counter); waits for 100%."""
+def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
+    """Events/s of the worker between 10% and 90% of the backlog (by its own counter), and its
+    CPU seconds per event over the same span; waits for 100%."""
+    from streams.bench.latency import CpuMeter
+
+    cpu = CpuMeter({"worker": worker.pid})
 
     def processed() -> float:
         return worker.metrics().get("loopwarden_events_total", 0.0)
@@ -162,16 +168,16 @@ def _drain_rate(worker: Any, events: int) -> float:
         n = processed()
         now = time.perf_counter()
         if t_lo is None and n >= lo:
-            t_lo, n_lo = now, n
+            t_lo, n_lo, c_lo = now, n, cpu.seconds()["worker"]
         if n >= hi:
-            t_hi, n_hi = now, n
+            t_hi, n_hi, c_hi = now, n, cpu.seconds()["worker"]
             break
         time.sleep(0.1)  # each scrape costs the worker a /metrics render
     if t_lo is None or t_hi is None or t_hi <= t_lo:
         raise SystemExit("worker did not drain the backlog")
     while processed() < events:
         time.sleep(0.1)
-    return (n_hi - n_lo) / (t_hi - t_lo)
+    return (n_hi - n_lo) / (t_hi - t_lo), (c_hi - c_lo) / (n_hi - n_lo)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     result = measure(args.events, args.agents, args.latency_seconds, rates, extra)
     print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
     print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
-          f"(ratio {result['ratio_to_raw']:.3f} of raw)")
+          f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
     for lat in result["latency"]:
         print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
               f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
