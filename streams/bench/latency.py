@@ -119,6 +119,10 @@ class CpuMeter:
         self._start: dict[str, float] = {}
         self._t0 = 0.0
 
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each process (``runners`` = this process)."""
+        return self._now()
+
     def _now(self) -> dict[str, float]:
         out = {"runners": time.process_time()}
         for name, pid in self.pids.items():

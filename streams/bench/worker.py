@@ -21,6 +21,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -84,7 +85,7 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
     await consumer.stop()
     lat.sort()
     if not lat:
-        return {"verdicts": 0}
+        return {"rate": rate, "sent": stats.sent, "verdicts": 0}
     from streams.bench.stats import percentile
 
     def pick(q: float) -> float:
@@ -94,72 +95,102 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
             "p90_ms": round(pick(0.9), 1), "p99_ms": round(pick(0.99), 1), "max_ms": round(lat[-1] * 1000, 1)}
 
 
-def run(args: argparse.Namespace) -> int:
+def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 20.0,
+            latency_rates: tuple[float | str, ...] = ("0.5",), extra: list[str] | tuple[str, ...] = (),
+            on_worker_start: Any = None) -> dict:
+    """One broker, one worker: raw consume, backlog drain, then event->verdict at each rate.
+
+    A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
+    ``on_worker_start(pid)`` is called once the worker process runs (e.g. to attach a profiler).
+    """
+    import shutil
+
     from streams.devtools.broker import EmbeddedBroker
     from streams.devtools.processes import WorkerProcess
     from streams.devtools.simulate import endless_fleet, publish
+    from streams.kafka.admin import ensure_topics
+    from streams.worker.settings import from_sources
 
-    extra = [a for a in args.worker_args if a != "--"]
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
     (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG))
-    result: dict = {"events": args.events}
-    with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
-        bootstrap = broker.bootstrap
-        worker = WorkerProcess(broker.url, tmp / "data", config=tmp / "config.json", extra=extra,
-                               log_level="warning")
-        # Topics first, so the backlog exists before the worker starts.
-        from streams.kafka.admin import ensure_topics
-        from streams.worker.settings import from_sources
+    result: dict = {"events": events}
+    try:
+        with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
+            bootstrap = broker.bootstrap
+            worker = WorkerProcess(broker.url, tmp / "data", config=tmp / "config.json", extra=list(extra),
+                                   log_level="warning")
+            # Topics first, so the backlog exists before the worker starts.
+            asyncio.run(ensure_topics(from_sources({"broker": broker.url})))
+            t0 = time.perf_counter()
+            asyncio.run(publish(bootstrap, "agent.events", endless_fleet(agents, 0.3, seed=5), 0, None,
+                                count=events, linger_ms=20))
+            result["preload_per_s"] = round(events / (time.perf_counter() - t0))
+            result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", events)))
+            worker.start()
+            if on_worker_start is not None:
+                on_worker_start(worker.pid)
+            try:
+                throughput, cpu_per_event = _drain_rate(worker, events)
+                result["worker_events_per_s"] = round(throughput)
+                # CPU time is less disturbed than wall time by other load on a shared machine.
+                result["worker_cpu_us_per_event"] = round(cpu_per_event * 1e6, 2)
+                result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
+                result["latency"] = []
+                for spec in latency_rates:
+                    rate = round(float(spec) * throughput) if isinstance(spec, str) else float(spec)
+                    lat = asyncio.run(_latency(bootstrap, rate, latency_seconds, agents))
+                    lat["of_drain"] = round(rate / throughput, 3)
+                    result["latency"].append(lat)
+            finally:
+                worker.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
 
-        asyncio.run(ensure_topics(from_sources({"broker": broker.url})))
-        t0 = time.perf_counter()
-        events = endless_fleet(args.agents, 0.3, seed=5)
-        asyncio.run(publish(bootstrap, "agent.events", events, 0, None, count=args.events, linger_ms=20))
-        result["preload_per_s"] = round(args.events / (time.perf_counter() - t0))
-        result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", args.events)))
 
-        worker.start()
+def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
+    """Events/s of the worker between 10% and 90% of the backlog (by its own counter), and its
+    CPU seconds per event over the same span; waits for 100%."""
+    from streams.bench.latency import CpuMeter
 
-        def processed() -> float:
-            return worker.metrics().get("loopwarden_events_total", 0.0)
+    cpu = CpuMeter({"worker": worker.pid})
 
-        try:
-            lo, hi = 0.1 * args.events, 0.9 * args.events
-            t_lo = t_hi = None
-            n_lo = n_hi = 0.0
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                if not worker.alive():
-                    raise SystemExit(f"worker exited; log {worker.log_path}")
-                n = processed()
-                now = time.perf_counter()
-                if t_lo is None and n >= lo:
-                    t_lo, n_lo = now, n
-                if n >= hi:
-                    t_hi, n_hi = now, n
-                    break
-                time.sleep(0.05)
-            if t_lo is None or t_hi is None or t_hi <= t_lo:
-                raise SystemExit("worker did not drain the backlog")
-            throughput = (n_hi - n_lo) / (t_hi - t_lo)
-            result["worker_events_per_s"] = round(throughput)
-            result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
-            while processed() < args.events:
-                time.sleep(0.1)
-            rate = args.latency_rate or round(throughput / 2)
-            result["latency"] = asyncio.run(_latency(bootstrap, rate, args.latency_seconds, args.agents))
-        finally:
-            worker.stop()
-    lat = result["latency"]
+    def processed() -> float:
+        return worker.metrics().get("loopwarden_events_total", 0.0)
+
+    lo, hi = 0.1 * events, 0.9 * events
+    t_lo = t_hi = None
+    n_lo = n_hi = 0.0
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if not worker.alive():
+            raise SystemExit(f"worker exited; log {worker.log_path}")
+        n = processed()
+        now = time.perf_counter()
+        if t_lo is None and n >= lo:
+            t_lo, n_lo, c_lo = now, n, cpu.seconds()["worker"]
+        if n >= hi:
+            t_hi, n_hi, c_hi = now, n, cpu.seconds()["worker"]
+            break
+        time.sleep(0.1)  # each scrape costs the worker a /metrics render
+    if t_lo is None or t_hi is None or t_hi <= t_lo:
+        raise SystemExit("worker did not drain the backlog")
+    while processed() < events:
+        time.sleep(0.1)
+    return (n_hi - n_lo) / (t_hi - t_lo), (c_hi - c_lo) / (n_hi - n_lo)
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = [a for a in args.worker_args if a != "--"]
+    rates = (args.latency_rate,) if args.latency_rate else ("0.5",)
+    result = measure(args.events, args.agents, args.latency_seconds, rates, extra)
     print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
     print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
-          f"(ratio {result['ratio_to_raw']:.3f} of raw)")
-    print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
-          f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
-          f"({lat.get('verdicts')} verdicts)")
+          f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
+    for lat in result["latency"]:
+        print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
+              f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
+              f"({lat.get('verdicts')} verdicts)")
     if args.json:
         print(json.dumps(result))
-    import shutil
-
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -4,8 +4,8 @@
 Private Faust/aiokafka names used here (faust-streaming < 0.16, aiokafka < 0.15; checked by
 tests/unit/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
 ``AIOKafkaConsumerThread._create_worker_consumer`` / ``_highwaters``, ``Consumer._drain_messages`` /
-``_read_offset`` / ``_unacked_messages`` / ``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped``,
-``Fetcher._stopped``.
+``_wait_next_records`` / ``_buffered_partitions`` / ``_to_message`` / ``_read_offset`` / ``_unacked_messages`` /
+``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped``, ``Fetcher._stopped``.
 
 Fixes over Faust's aiokafka driver:
 
@@ -128,7 +128,7 @@ class Consumer(faust_aiokafka.Consumer):
         acks_enabled = self.app.topics.acks_enabled_for(topic)
         while not (consumer_stopped() or fetcher_stopped()):
             batch: list = []
-            async for tp, message in self.getmany(timeout=1.0):
+            async for tp, message in self._fetched(1.0):
                 offset = message.offset
                 last = read_offset[tp]
                 if last is not None and offset < last:
@@ -152,6 +152,34 @@ class Consumer(faust_aiokafka.Consumer):
                     raise
                 durable.add_done_callback(functools.partial(self._on_batch_durable, batch))
             await asyncio.sleep(0)
+
+    async def _fetched(self, timeout: float) -> Any:
+        """Faust's ``getmany()`` for one fetch, yielding ``(tp, message)``, with its per-record
+        work (high-water lookup, monitor call, generation and flow checks) done once per partition.
+
+        Faust's own generator does all of that per record: ~5 us of the worker's time per event.
+        Records of a partition keep their order; partitions follow one another (a batch takes
+        the whole fetch anyway). While flow is paused, Faust's path (it seeks back) is taken.
+        """
+        if not self.flow_active:
+            async for item in self.getmany(timeout=timeout):
+                yield item
+            return
+        records, active = await self._wait_next_records(timeout)
+        if records is None or self.should_stop:
+            return
+        generation = self.app.consumer_generation_id
+        to_message = self._to_message
+        track = self.app.monitor.track_tp_end_offset
+        buffered = self._buffered_partitions
+        for tp, recs in records.items():
+            if not self.flow_active or self.app.consumer_generation_id != generation:
+                return  # as Faust: stop handing out records of an old generation or paused flow
+            if active is not None and tp not in active and tp not in buffered:
+                continue
+            track(tp, self.highwater(tp))
+            for record in recs:
+                yield tp, to_message(tp, record)
 
     def _on_batch_durable(self, batch: list, durable: Any) -> None:
         """Ack a batch once its verdicts and state are durable; a failed batch stops the worker."""

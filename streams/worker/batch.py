@@ -146,13 +146,13 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     for msg in records:
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
         positions[partition] = offset
-        source = f"{topic}:{partition}:{offset}"
         try:
             event = screen(raw, limits.max_event_bytes, limits.max_depth)
         except EventDecodeError as exc:
             counts.dead[exc.reason] += 1
             outgoing.append(Outgoing(limits.dead_letter_topic, key,
-                                     dead_letter_value(exc, topic, partition, offset, raw), source))
+                                     dead_letter_value(exc, topic, partition, offset, raw),
+                                     f"{topic}:{partition}:{offset}"))
             continue
         counts.types[_TAGS[type(event)]] += 1
         rkey = run_key(event).encode()
@@ -172,6 +172,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             state_in = value.state if value is not None else None
             result = stepper(state_in, event, fleet)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
+            source = f"{topic}:{partition}:{offset}"
             log.exception("step() failed at %s", source)
             err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
             counts.dead[err.reason] += 1
@@ -186,9 +187,13 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             continue
         if result.guard_armed:
             counts.guard_arms += 1
-        if after_step is not None:
-            for topic_, key_, value_ in after_step(state_in, event, result):
-                outgoing.append(Outgoing(topic_, key_, value_, source))
+        gated = isinstance(event, ToolCall) and event.await_decision
+        extra = after_step(state_in, event, result) if after_step is not None else ()
+        if not (result.detections or gated or extra):
+            continue
+        source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
+        for topic_, key_, value_ in extra:
+            outgoing.append(Outgoing(topic_, key_, value_, source))
         index = 0
         for det in result.detections:
             counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1
@@ -200,7 +205,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             index += 1
             counts.verdicts[(det.action, det.detector)] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
-        if index == 0 and isinstance(event, ToolCall) and event.await_decision:
+        if index == 0 and gated:
             counts.verdicts[("allow", "none")] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:0", now)),
                                      source, event.ts))

@@ -101,3 +101,11 @@ def test_end_offset_probe_uses_the_worker_security_settings():
     kw = probe_kwargs(s)
     assert kw["bootstrap_servers"] == ["b1:9093", "b2:9093"]
     assert kw["security_protocol"] == "SASL_PLAINTEXT" and kw["sasl_plain_username"] == "u"
+
+
+def test_per_fetch_hand_over_internals():
+    """The batch hand-over reads one fetch at a time through these Faust internals."""
+    from faust.transport.consumer import Consumer
+
+    assert callable(Consumer._wait_next_records) and callable(Consumer._to_message)
+    assert "_buffered_partitions" in inspect.getsource(Consumer)
