@@ -11,10 +11,10 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from schemas.config import ConfigError, FleetConfig, load_config
-from schemas.events import EventDecodeError, decode_event, state_key
+from schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
 from schemas.jsvalues import js_trim, json_bytes
 from schemas.verdicts import Detection
-from streams.detection import RunState, step
+from streams.detection import RunState, enforcement, step
 
 
 def is_blank(line: str | bytes) -> bool:
@@ -56,8 +56,32 @@ def detection_row(index: int, event, det: Detection) -> dict:
     return row
 
 
-def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[dict | BadLine]:
-    """Yield a row per detection and a :class:`BadLine` per invalid line, in input order."""
+def violation_row(index: int, event, found: enforcement.Violation) -> dict:
+    """A ``verdict_violation`` line (``--enforcement``); ``verdict_id`` is replay's ``<event_index>:<n>``."""
+    row = {"type": "verdict_violation", "event_index": index, "kind": found.kind, "run_id": event.run_id,
+           "agent_id": event.agent_id, "session_id": event.session_id, "tool_name": event.tool_name,
+           "tool_call_id": event.tool_call_id}
+    if found.verdict_id is not None:
+        row["verdict_id"] = found.verdict_id
+    return row
+
+
+def ack_row(index: int, event: VerdictAck) -> dict:
+    row = {"type": "verdict_ack", "event_index": index, "run_id": event.run_id, "agent_id": event.agent_id,
+           "session_id": event.session_id, "verdict_id": event.verdict_id, "outcome": event.outcome}
+    if event.detail is not None:
+        row["detail"] = event.detail
+    return row
+
+
+def replay_lines(lines: Iterable[str | bytes], config: FleetConfig,
+                 enforcement_rows: bool = False) -> Iterator[dict | BadLine]:
+    """Yield a row per detection and a :class:`BadLine` per invalid line, in input order.
+
+    Escalation aborts (``loopwarden.escalation``) are detection rows, as the
+    worker publishes them; with ``enforcement_rows`` also a row per
+    ``verdict_violation`` and per ``verdict_ack`` (rows with a ``type``).
+    """
     states: dict[tuple[str, str], RunState] = {}
     index = -1
     for line in lines:
@@ -70,13 +94,36 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig) -> Iterator[
             yield BadLine(index, exc.reason, exc.detail)
             continue
         key = state_key(event)
-        result = step(states.get(key), event, config.resolve(event.agent_id))
+        before = states.get(key)
+        found = enforcement.violation(before, event)
+        result = step(before, event, config.resolve(event.agent_id))
         if result.state is None:
             states.pop(key, None)
         else:
             states[key] = result.state
+        if result.duplicate:
+            continue
+        published = []
         for det in result.detections:
             yield detection_row(index, event, det)
+            if det.emitted:
+                published.append((f"{index}:{len(published)}", det))
+        n = len(published)
+
+        def next_id() -> str:
+            nonlocal n
+            n += 1
+            return f"{index}:{n - 1}"
+
+        extra = enforcement.after_step(result.state, event, found, published, next_id, event.ts or 0.0,
+                                       config.extensions(event.agent_id).escalation) if published or found or (
+            result.state is not None and result.state.enforcement is not None) else ()
+        if enforcement_rows and found is not None:
+            yield violation_row(index, event, found)
+        for _, det in extra:
+            yield detection_row(index, event, det)
+        if enforcement_rows and isinstance(event, VerdictAck):
+            yield ack_row(index, event)
 
 
 def run(args) -> int:
@@ -90,11 +137,12 @@ def run(args) -> int:
     except OSError as exc:
         print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
         return 2
+    show = getattr(args, "enforcement", False)
     encode = json_bytes  # tool names and ids are taken as sent, lone surrogates included
     out = sys.stdout.buffer
     try:
         with source:
-            for item in replay_lines(source, config):
+            for item in replay_lines(source, config, show):
                 if isinstance(item, BadLine):
                     print(f"event {item.event_index}: {item.reason}: {item.detail}", file=sys.stderr)
                 else:
@@ -114,4 +162,6 @@ def register(sub) -> None:
     )
     p.add_argument("events", metavar="EVENTS.jsonl")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
+    p.add_argument("--enforcement", action="store_true",
+                   help="also print verdict_violation and verdict_ack lines (objects with a \"type\")")
     p.set_defaults(func=run)

@@ -24,6 +24,10 @@ MAX_WARNING_KEYS = 256  # §9.4.5
 # this many tool calls. Beyond it the oldest is forgotten (``blocked_overflow``).
 MAX_BLOCKED_CALLS = 16384
 MAX_SEEN_EVENT_IDS = 128
+# Verdicts of one run awaiting a runner's ``verdict_ack``; beyond it the oldest is
+# forgotten (``Enforcement.awaited_overflow``). A run that gets this many verdicts
+# without acking any is not obeying them anyway.
+MAX_AWAITED_ACKS = 64
 
 
 class History(msgspec.Struct, array_like=True):
@@ -64,6 +68,29 @@ class Guard(msgspec.Struct, array_like=True):
     aborted: bool = False
 
 
+class Awaited(msgspec.Struct, array_like=True):
+    """A published warn/block/abort verdict whose ack has not arrived."""
+
+    verdict_id: str
+    action: str
+    ts: float  # the worker's clock when it was published
+
+
+class Enforcement(msgspec.Struct, array_like=True):
+    """What the worker knows of a run's obedience (see :mod:`streams.detection.enforcement`).
+
+    Made at the run's first published verdict: runs without verdicts carry ``None``.
+    """
+
+    awaited: list[Awaited] = msgspec.field(default_factory=list)
+    awaited_overflow: int = 0
+    block_ids: dict[str, str] = msgspec.field(default_factory=dict)  # blocked call id -> its verdict id
+    abort_id: str | None = None  # the run's (first) abort verdict
+    violations: int = 0
+    blocks: int = 0
+    escalated: bool = False
+
+
 class RunState(msgspec.Struct, array_like=True):
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
@@ -73,6 +100,8 @@ class RunState(msgspec.Struct, array_like=True):
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
+    # Last, with a default: states stored before it existed still decode.
+    enforcement: Enforcement | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
