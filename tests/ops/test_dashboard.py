@@ -28,6 +28,10 @@ REQUIRED_PANELS = {
     "Event -> verdict latency": "loopwarden_event_to_verdict_seconds_bucket",
     "Active runs / sessions per worker": "loopwarden_active_runs",
     "Consumer lag per partition": "loopwarden_consumer_lag",
+    "Verdict -> ack latency": "loopwarden_verdict_ack_seconds_bucket",
+    "Unacknowledged verdicts": "loopwarden_verdicts_unacked_total",
+    "Verdict violations by kind": "loopwarden_verdict_violations_total",
+    "Acks by outcome": "loopwarden_verdict_acks_total",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
