@@ -14,12 +14,13 @@ import msgspec
 
 from schemas.events import Event
 from schemas.fleet import Incident
-from schemas.verdicts import DeadLetter, Verdict
+from schemas.verdicts import DeadLetter, Verdict, VerdictViolation
 
 HERE = Path(__file__).parent
 SCHEMAS = {
     "event.schema.json": (Event, "A loopwarden event on agent.events"),
     "verdict.schema.json": (Verdict, "A loopwarden verdict on agent.loop-control"),
+    "verdict-violation.schema.json": (VerdictViolation, "A verdict_violation on agent.loop-control (runners skip it)"),
     "dead-letter.schema.json": (DeadLetter, "A dead letter on loopwarden.dead-letter (raw is base64)"),
     "incident.schema.json": (Incident, "A fleet incident record on agent.loop-incidents"),
 }

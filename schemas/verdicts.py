@@ -19,7 +19,9 @@ DetectorName = Literal[
     "compaction_loop_persisted",
     "fleet_incident",  # extension: blocked while an incident of the fleet is open (streams.fleet)
     "cross_run_repeat",  # extension: a session's finished runs repeat the same work (streams.fleet)
+    "escalation",  # loopwarden.escalation: a run that ignores its verdicts is aborted
 ]
+ViolationKind = Literal["ran_after_block", "call_after_abort"]
 
 
 class Detection(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -66,6 +68,29 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"
     loop_cost: float | None = None
 
 
+class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type",
+                       tag="verdict_violation"):
+    """A run went on past a verdict it should have obeyed; on ``agent.loop-control`` beside verdicts.
+
+    ``ran_after_block``: a blocked call's result is not the veto (the tool ran);
+    ``call_after_abort``: the run made a tool call after its abort. ``verdict_id``
+    is the verdict disobeyed (absent when unknown, e.g. a block without a call id).
+    ``violation_id`` is derived like a verdict's, so re-deliveries can be dropped.
+    Runners ignore these records; they are for operators and escalation.
+    """
+
+    violation_id: str
+    kind: ViolationKind
+    agent_id: str
+    verdict_id: str | None = None
+    run_id: str | None = None
+    session_id: str | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    event_ts: float | None = None
+    ts: float | None = None
+
+
 class DeadLetter(msgspec.Struct, kw_only=True):
     """A message that did not decode to a valid event, kept whole for operators."""
 
@@ -77,6 +102,6 @@ class DeadLetter(msgspec.Struct, kw_only=True):
     raw: bytes
 
 
-def encode_verdict(verdict: Verdict) -> bytes:
+def encode_verdict(verdict: Verdict | VerdictViolation) -> bytes:
     """A verdict as JSON; lone surrogates (tool names and ids are taken as sent) become ``\\udXXX`` escapes."""
     return json_bytes(verdict)

@@ -12,12 +12,11 @@ from typing import NamedTuple
 
 import msgspec
 
-
 from schemas.config import FleetConfig
-from schemas.events import EventDecodeError, decode_event, state_key
+from schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
 from schemas.jsvalues import js_trim, json_bytes
 from schemas.verdicts import Detection
-from streams.detection import RunState, step
+from streams.detection import RunState, enforcement, step
 
 
 def is_blank(line: str | bytes) -> bool:
@@ -66,11 +65,34 @@ def detection_row(index: int, event, det: Detection) -> dict:
     return row
 
 
-def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, incidents: bool = False) -> Iterator[dict | BadLine]:
+def violation_row(index: int, event, found: enforcement.Violation) -> dict:
+    """A ``verdict_violation`` line (``--enforcement``); ``verdict_id`` is replay's ``<event_index>:<n>``."""
+    row = {"type": "verdict_violation", "event_index": index, "kind": found.kind, "run_id": event.run_id,
+           "agent_id": event.agent_id, "session_id": event.session_id, "tool_name": event.tool_name,
+           "tool_call_id": event.tool_call_id}
+    if found.verdict_id is not None:
+        row["verdict_id"] = found.verdict_id
+    return row
+
+
+def ack_row(index: int, event: VerdictAck) -> dict:
+    row = {"type": "verdict_ack", "event_index": index, "run_id": event.run_id, "agent_id": event.agent_id,
+           "session_id": event.session_id, "verdict_id": event.verdict_id, "outcome": event.outcome}
+    if event.detail is not None:
+        row["detail"] = event.detail
+    return row
+
+
+def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, incidents: bool = False,
+                 enforcement_rows: bool = False) -> Iterator[dict | BadLine]:
     """Yield a row per detection and a :class:`BadLine` per invalid line, in input order.
 
     ``incidents``: also the fleet side's records after each event (incident
     records, ``cross_run_repeat`` verdicts), each with its ``event_index``.
+
+    Escalation aborts (``loopwarden.escalation``) are detection rows, as the
+    worker publishes them; with ``enforcement_rows`` also a row per
+    ``verdict_violation`` and per ``verdict_ack`` (rows with a ``type``).
     """
     fleet = None
     if incidents:
@@ -89,17 +111,39 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, incidents: b
             yield BadLine(index, exc.reason, exc.detail, lineno)
             continue
         key = state_key(event)
-        prior = states.get(key)
-        result = (step(prior, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
-                  if fleet is None else fleet.step(prior, event))
+        before = states.get(key)
+        found = enforcement.violation(before, event)
+        result = (step(before, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
+                  if fleet is None else fleet.step(before, event))
         if result.state is None:
             states.pop(key, None)
         else:
             states[key] = result.state
+        if result.duplicate:
+            continue
+        published = []
         for det in result.detections:
             yield detection_row(index, event, det)
+            if det.emitted:
+                published.append((f"{index}:{len(published)}", det))
+        n = len(published)
+
+        def next_id() -> str:
+            nonlocal n
+            n += 1
+            return f"{index}:{n - 1}"
+
+        extra = enforcement.after_step(result.state, event, found, published, next_id, event.ts or 0.0,
+                                       config.extensions(event.agent_id).escalation) if published or found or (
+            result.state is not None and result.state.enforcement is not None) else ()
+        if enforcement_rows and found is not None:
+            yield violation_row(index, event, found)
+        for _, det in extra:
+            yield detection_row(index, event, det)
+        if enforcement_rows and isinstance(event, VerdictAck):
+            yield ack_row(index, event)
         if fleet is not None:
-            for record in fleet.after(prior, event, result):
+            for record in fleet.after(before, event, result):
                 yield {"event_index": index, **msgspec.to_builtins(record)}
 
 
@@ -129,11 +173,12 @@ def run(args) -> int:
         except OSError as exc:
             print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
             return 2
+    show = getattr(args, "enforcement", False)
     encode = json_bytes  # tool names and ids are taken as sent, lone surrogates included
     out = sys.stdout.buffer
     try:
         with source:
-            for item in replay_lines(source, config, incidents=getattr(args, "incidents", False)):
+            for item in replay_lines(source, config, getattr(args, "incidents", False), show):
                 if isinstance(item, BadLine):
                     print(f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
                           file=sys.stderr)
@@ -157,4 +202,6 @@ def register(sub) -> None:
     p.add_argument("--incidents", action="store_true",
                    help="also print fleet incident records and cross_run_repeat verdicts (loopwarden.incidents / "
                         "loopwarden.crossRun in the config; time from the events' ts)")
+    p.add_argument("--enforcement", action="store_true",
+                   help="also print verdict_violation and verdict_ack lines (objects with a \"type\")")
     p.set_defaults(func=run)

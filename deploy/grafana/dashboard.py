@@ -256,6 +256,24 @@ def build() -> dash_b.Dashboard:
         f"the dashed line is the {int(SLO_SECONDS * 1000)} ms p99 objective.",
         "loopwarden_event_to_verdict_seconds", slo=SLO_SECONDS))
 
+    # --- Enforcement ---------------------------------------------------------
+    board = board.with_row(_row("Enforcement"))
+    board = _add(board, _latency(
+        "Verdict -> ack latency", "From a warn/block/abort verdict's publication to the runner's verdict_ack "
+        "(p50/p90/p99, worker clock).", "loopwarden_verdict_ack_seconds"))
+    board = _add(board, _ts(
+        "Unacknowledged verdicts", "Verdicts with no verdict_ack within the worker's ack_timeout (or before "
+        "their run ended), by action: the runner did not act on them.", "none",
+        q(f"sum by (action) (increase(loopwarden_verdicts_unacked_total{{{SEL}}}[{RATE}]))", "{{action}}")))
+    board = _add(board, _ts(
+        "Verdict violations by kind", "ran_after_block: a blocked call ran anyway; call_after_abort: a run "
+        "called a tool after its abort (verdict_violation records on the control topic).", "ops",
+        q(f"sum by (kind) (rate(loopwarden_verdict_violations_total{{{SEL}}}[{RATE}]))", "{{kind}}")))
+    board = _add(board, _ts(
+        "Acks by outcome", "verdict_ack events: applied = the runner enforced the verdict, failed = it "
+        "could not.", "ops",
+        q(f"sum by (outcome) (rate(loopwarden_verdict_acks_total{{{SEL}}}[{RATE}]))", "{{outcome}}")))
+
     # --- Kafka ---------------------------------------------------------------
     board = board.with_row(_row("Kafka"))
     board = _add(board, _ts(

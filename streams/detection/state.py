@@ -24,6 +24,10 @@ MAX_WARNING_KEYS = 256  # §9.4.5
 # this many tool calls. Beyond it the oldest is forgotten (``blocked_overflow``).
 MAX_BLOCKED_CALLS = 16384
 MAX_SEEN_EVENT_IDS = 128
+# Verdicts of one run awaiting a runner's ``verdict_ack``; beyond it the oldest is
+# forgotten (``Enforcement.awaited_overflow``). A run that gets this many verdicts
+# without acking any is not obeying them anyway.
+MAX_AWAITED_ACKS = 64
 
 
 class History(msgspec.Struct, array_like=True):
@@ -80,6 +84,29 @@ class RunUsage(msgspec.Struct, array_like=True):
     blocked: dict[str, tuple[str, str, bool]] = msgspec.field(default_factory=dict)
 
 
+class Awaited(msgspec.Struct, array_like=True):
+    """A published warn/block/abort verdict whose ack has not arrived."""
+
+    verdict_id: str
+    action: str
+    ts: float  # the worker's clock when it was published
+
+
+class Enforcement(msgspec.Struct, array_like=True):
+    """What the worker knows of a run's obedience (see :mod:`streams.detection.enforcement`).
+
+    Made at the run's first published verdict: runs without verdicts carry ``None``.
+    """
+
+    awaited: list[Awaited] = msgspec.field(default_factory=list)
+    awaited_overflow: int = 0
+    block_ids: dict[str, str] = msgspec.field(default_factory=dict)  # blocked call id -> its verdict id
+    abort_id: str | None = None  # the run's (first) abort verdict
+    violations: int = 0
+    blocks: int = 0
+    escalated: bool = False
+
+
 class RunState(msgspec.Struct, array_like=True):
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
@@ -92,6 +119,8 @@ class RunState(msgspec.Struct, array_like=True):
     # Fleet signatures (streams.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
     # last and optional so states stored before it still decode.
     joined: list[str] | None = None
+    # Verdict acks and obedience (streams.detection.enforcement); optional so older states decode.
+    enforcement: Enforcement | None = None
     usage: RunUsage | None = None  # keep last: see encode_state
 
 

@@ -81,4 +81,4 @@ def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext
                     state.blocked.append(event.tool_call_id)
                     del state.blocked[:-MAX_BLOCKED_CALLS]
                 return StepResult(state, (det,))
-    return step(state, event, config)
+    return step(state, event, config, ext=ext)

@@ -29,7 +29,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from aiokafka.errors import KafkaError
 
-from schemas.verdicts import Verdict
+from schemas.verdicts import Verdict, VerdictViolation
 from streams.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from streams.kafka.connection import kafka_auth
 from streams.runner.settings import ClientSettings
@@ -48,7 +48,8 @@ class VerdictListener:
         self.ready = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
-        self._decoder = msgspec.json.Decoder(Verdict)
+        # verdict_violation records share the topic; they are for operators: skipped, not "undecodable"
+        self._decoder = msgspec.json.Decoder(Verdict | VerdictViolation)
 
     async def start(self) -> None:
         """Connect and begin listening; waits up to ``start_timeout`` for the topic to exist.
@@ -118,7 +119,8 @@ class VerdictListener:
                     except (msgspec.DecodeError, TypeError):
                         self.on_undecodable()
                         continue
-                    handler(record.key, verdict)
+                    if type(verdict) is Verdict:
+                        handler(record.key, verdict)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import msgspec
 
 from schemas.config import FleetConfig
-from schemas.events import EVENT_TYPES, EventDecodeError, ToolCall, run_key
-from schemas.verdicts import Detection, Verdict, encode_verdict
-from streams.detection import step
+from schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
+from schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
+from streams.detection import enforcement, step
 from streams.worker.runcodec import RunValue, state_key
 from streams.worker.screening import dead_letter_value, screen
 
@@ -49,6 +49,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     dead_letter_topic: str = "loopwarden.dead-letter"
     max_event_bytes: int = 1_048_576
     max_depth: int = 64
+    ack_timeout: float = 5.0  # seconds a verdict may await its verdict_ack
 
 
 class Outgoing(msgspec.Struct, frozen=True):
@@ -73,6 +74,10 @@ class Counts(msgspec.Struct, kw_only=True):
     guard_arms: int = 0
     guard_aborts: int = 0
     step_seconds: list = msgspec.field(default_factory=list)  # a sample of step() durations
+    acks: Counter = msgspec.field(default_factory=Counter)  # outcome
+    ack_seconds: list = msgspec.field(default_factory=list)  # verdict -> ack, acks that matched an awaited verdict
+    unacked: Counter = msgspec.field(default_factory=Counter)  # action: deadline passed (or the run ended)
+    violations: Counter = msgspec.field(default_factory=Counter)  # kind
 
 
 class BatchResult(msgspec.Struct, kw_only=True):
@@ -105,6 +110,51 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
         paired_tool_name=det.paired_tool_name, tool_call_id=getattr(event, "tool_call_id", None),
         event_ts=event.ts, ts=now,
     )
+
+
+def violation_for(found: enforcement.Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
+    """The published form of a violation (:mod:`streams.detection.enforcement`)."""
+    return VerdictViolation(violation_id=violation_id, kind=found.kind, verdict_id=found.verdict_id,
+                            agent_id=event.agent_id, run_id=event.run_id, session_id=event.session_id,
+                            tool_name=getattr(event, "tool_name", None),
+                            tool_call_id=getattr(event, "tool_call_id", None), event_ts=event.ts, ts=now)
+
+
+def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violation | None", state: Any,
+             published: list, source: str, rkey: bytes, now: float, fleet: FleetConfig, limits: Limits,
+             counts: Counts, outgoing: list) -> int:
+    """Acks, deadlines, violations and escalation for one applied event; returns verdicts added."""
+    if isinstance(event, VerdictAck):
+        counts.acks[event.outcome] += 1
+        latency = enforcement.acked(state, event.verdict_id, now)
+        if latency is not None:
+            counts.ack_seconds.append(latency)
+    elif isinstance(event, RunEnd) and before is not None:
+        for action in enforcement.unacked_at_end(before.state):
+            counts.unacked[action] += 1
+        return 0
+    for action in enforcement.overdue(state, now, limits.ack_timeout):
+        counts.unacked[action] += 1
+    if found is not None:
+        counts.violations[found.kind] += 1
+        outgoing.append(Outgoing(limits.control_topic, rkey,
+                                 encode_verdict(violation_for(found, event, f"{source}:violation", now)), source))
+    if not published and found is None and (state is None or state.enforcement is None):
+        return 0  # nothing to note: runs without verdicts pay nothing more
+    index = len(published)
+
+    def next_id() -> str:
+        nonlocal index
+        index += 1
+        return f"{source}:{index - 1}"
+
+    extra = enforcement.after_step(state, event, found, published, next_id, now,
+                                   fleet.extensions(event.agent_id).escalation)
+    for verdict_id, det in extra:
+        counts.verdicts[(det.action, det.detector)] += 1
+        outgoing.append(Outgoing(limits.control_topic, rkey, encode_verdict(verdict_for(det, event, verdict_id, now)),
+                                 source, event.ts))
+    return len(extra)
 
 
 def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
@@ -170,6 +220,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         t0 = perf() if timed else 0.0
         try:
             state_in = value.state if value is not None else None
+            found = enforcement.violation(state_in, event)
             result = stepper(state_in, event, fleet)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             source = f"{topic}:{partition}:{offset}"
@@ -189,12 +240,15 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             counts.guard_arms += 1
         gated = isinstance(event, ToolCall) and event.await_decision
         extra = after_step(state_in, event, result) if after_step is not None else ()
-        if not (result.detections or gated or extra):
-            continue
+        watched = (found is not None or isinstance(event, VerdictAck)  # acks, obedience (enforcement)
+                   or (state_in is not None and state_in.enforcement is not None))
+        if not (result.detections or gated or extra or watched):
+            continue  # the common case: nothing to publish for this event
         source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
         for topic_, key_, value_ in extra:
             outgoing.append(Outgoing(topic_, key_, value_, source))
         index = 0
+        published: list[tuple[str, Detection]] = []
         for det in result.detections:
             counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1
             if not det.emitted:
@@ -205,6 +259,9 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             index += 1
             counts.verdicts[(det.action, det.detector)] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
+            published.append((verdict.verdict_id, det))
+        index += _enforce(event, value, found, result.state, published, source, rkey, now, fleet, limits, counts,
+                          outgoing)
         if index == 0 and gated:
             counts.verdicts[("allow", "none")] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:0", now)),

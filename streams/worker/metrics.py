@@ -47,6 +47,16 @@ class Metrics:
         self.event_to_verdict = Histogram("loopwarden_event_to_verdict_seconds",
                                           "From the event's ts to the verdict's delivery",
                                           buckets=_LATENCY_BUCKETS, registry=r)
+        self.ack_seconds = Histogram("loopwarden_verdict_ack_seconds",
+                                     "From a verdict's publication to its verdict_ack (worker clock)",
+                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.acks = Counter("loopwarden_verdict_acks", "verdict_ack events, by outcome", ["outcome"], registry=r)
+        self.unacked = Counter("loopwarden_verdicts_unacked",
+                               "warn/block/abort verdicts not acked within ack_timeout (or before their run ended)",
+                               ["action"], registry=r)
+        self.violations = Counter("loopwarden_verdict_violations",
+                                  "Runs going on past a verdict (verdict_violation records), by kind", ["kind"],
+                                  registry=r)
         self.active_runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's partitions",
                                  registry=r)
         self.expired_runs = Counter("loopwarden_expired_runs", "Idle runs (or ended-run markers) expired",

@@ -20,7 +20,8 @@ import msgspec
 from streams.worker.batch import BatchResult, Limits, apply_batch, default_step
 from streams.worker.committer import Committer, SendFn
 from streams.worker.metrics import Metrics
-from streams.worker.runcodec import decode_value
+from streams.detection import enforcement
+from streams.worker.runcodec import decode_value, encode_value
 from streams.worker.runtable import RunTable
 from streams.worker.screening import without_raw
 from streams.worker.settings import Settings
@@ -40,7 +41,8 @@ class RunProcessor:
         self.stepper = default_step  # hooks of the fleet extensions (streams.worker.fleet_agent)
         self.after_step: Any = None
         self.limits = Limits(control_topic=settings.control_topic, dead_letter_topic=settings.dead_letter_topic,
-                             max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth)
+                             max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth,
+                             ack_timeout=settings.ack_timeout)
         dead_topic = settings.dead_letter_topic
         self.committer = Committer(
             table, send, on_durable=self._count,
@@ -78,6 +80,15 @@ class RunProcessor:
             m.guard_arms.inc(c.guard_arms)
         if c.guard_aborts:
             m.guard_aborts.inc(c.guard_aborts)
+        for outcome, n in c.acks.items():
+            m.acks.labels(outcome).inc(n)
+        for action, n in c.unacked.items():
+            m.unacked.labels(action).inc(n)
+        for kind, n in c.violations.items():
+            m.violations.labels(kind).inc(n)
+        observe = m.ack_seconds.observe
+        for dt in c.ack_seconds:
+            observe(dt)
         observe = m.step_seconds.observe
         for dt in c.step_seconds:
             observe(dt)
@@ -92,7 +103,8 @@ class RunProcessor:
         now = time.time() if now is None else now
         s = self.settings
         active = 0
-        drop: list[tuple[int, bytes, None]] = []
+        drop: list[tuple[int, bytes, bytes | None]] = []
+        unacked: dict[str, int] = {}
         for partition, key, raw in list(self.table.owned_items(owned_partitions)):
             try:
                 value = decode_value(raw)
@@ -104,8 +116,15 @@ class RunProcessor:
                 drop.append((partition, key, None))
             elif value.state is not None:
                 active += 1
+                late = enforcement.overdue(value.state, now, s.ack_timeout)
+                if late:  # the sweep is the deadline of runs that went quiet: write the state back
+                    for action in late:
+                        unacked[action] = unacked.get(action, 0) + 1
+                    drop.append((partition, key, encode_value(value)))
         await self.table.write(drop)
-        expired = len(drop)
+        for action, n in unacked.items():
+            self.metrics.unacked.labels(action).inc(n)
+        expired = sum(1 for item in drop if item[2] is None)
         if expired:
             self.metrics.expired_runs.inc(expired)
         self.metrics.active_runs.set(active)

@@ -51,6 +51,7 @@ class Settings(SecuritySettings, kw_only=True):
     max_depth: int = 64
     run_ttl: float = 3600.0
     ended_ttl: float = 120.0
+    ack_timeout: float = 5.0  # a warn/block/abort verdict not acked within it counts as unacknowledged
     expire_interval: float = 30.0
     tool_labels: str = DEFAULT_TOOL_LABELS
     log_level: str = "warning"
@@ -116,6 +117,7 @@ HELP: dict[str, str] = {
     "max_depth": "events nested deeper than this are dead-lettered (reason too_deep)",
     "run_ttl": "seconds a run may stay idle before its state is expired",
     "ended_ttl": "seconds the marker of an ended run is kept (idempotent replays)",
+    "ack_timeout": "seconds a warn/block/abort verdict may await its verdict_ack before it counts as unacknowledged",
     "expire_interval": "seconds between expiry sweeps of the run table",
     "tool_labels": "comma-separated tool names used as metric labels; others are counted as 'other'",
     "stall_timeout": "seconds the event loop may miss its heartbeat before /healthz reports it stalled",

@@ -110,8 +110,10 @@ def expected_verdicts(events: list[dict], positions: list[tuple[int, int]], topi
     return out
 
 
-def decode_verdicts(records: Iterable) -> list[tuple[bytes, dict]]:
-    return [(r.key, json.loads(r.value)) for r in records]
+def decode_verdicts(records: Iterable, type_: str = "verdict") -> list[tuple[bytes, dict]]:
+    """The control topic's records of one type (verdicts; ``verdict_violation`` records share the topic)."""
+    out = [(r.key, json.loads(r.value)) for r in records]
+    return [(k, v) for k, v in out if v.get("type") == type_]
 
 
 def assert_matches(verdict: dict, row: dict) -> None:

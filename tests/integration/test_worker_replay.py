@@ -6,6 +6,7 @@ import json
 
 from schemas.config import load_config
 from streams.devtools.synthetic import fleet_events
+from streams.replay import replay_lines
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 
@@ -67,9 +68,24 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
     allows = [v for v in by_id.values() if v["action"] == "allow"]
     assert {v["verdict_id"].rsplit(":", 1)[0] for v in allows} <= gated
 
+    # Obedience: the synthetic runners answer blocked calls with ordinary results (the tool ran anyway);
+    # some go on after their abort; the worker reports each as replay does, naming the verdict disobeyed.
+    records = collect(tansu, names.control, timeout=30)
+    violations = [v for _, v in decode_verdicts(records, "verdict_violation")]
+    replayed = [r for r in replay_lines([json.dumps(e) for e in events], load_config(config), True)
+                if isinstance(r, dict) and r.get("type") == "verdict_violation"]
+    assert violations and len(violations) == len(replayed)
+    assert sorted((v["tool_call_id"], v["kind"]) for v in violations) == sorted(
+        (r["tool_call_id"], r["kind"]) for r in replayed)
+    disobeyed = {"ran_after_block": "block", "call_after_abort": "abort"}
+    assert all(by_id[v["verdict_id"]]["action"] == disobeyed[v["kind"]] for v in violations)
+
     m = worker.metrics()
     assert m["loopwarden_events_total"] == len(events)
     assert m["loopwarden_verdicts_total"] == len(by_id)
     assert m['loopwarden_verdicts_total{action="allow",detector="none"}'] == len(allows)
     assert m["loopwarden_ready"] == 1
+    for kind in disobeyed:
+        assert m.get(f'loopwarden_verdict_violations_total{{kind="{kind}"}}', 0) == sum(
+            v["kind"] == kind for v in violations)
     assert m["loopwarden_assigned_partitions"] == 4

@@ -31,6 +31,10 @@ REQUIRED_PANELS = {
     "Open incidents": "loopwarden_open_incidents",
     "Runs per incident": "loopwarden_incident_runs",
     "Top failure signatures": "loopwarden_fleet_joins_total",
+    "Verdict -> ack latency": "loopwarden_verdict_ack_seconds_bucket",
+    "Unacknowledged verdicts": "loopwarden_verdicts_unacked_total",
+    "Verdict violations by kind": "loopwarden_verdict_violations_total",
+    "Acks by outcome": "loopwarden_verdict_acks_total",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -63,6 +63,8 @@ SIGNALS = {
         'sum by (le) (rate(loopwarden_event_to_verdict_seconds_bucket{job="loopwarden"}[5m]))'),
     "LoopwardenConsumerLagGrowing": 'loopwarden_consumer_lag{job="loopwarden"}',
     "LoopwardenFleetIncident": 'sum(loopwarden_open_incidents{job="loopwarden"})',
+    "LoopwardenUnackedBlocks": (
+        'sum(increase(loopwarden_verdicts_unacked_total{job="loopwarden", action="block"}[15m]))'),
 }
 EXPECT_QUIET = {"LoopwardenWorkerDown", "LoopwardenWorkersAbsent", "LoopwardenWorkerNotReady",
                 "LoopwardenConsumerLagGrowing"}

@@ -42,16 +42,20 @@ def call(i: int, run: str = "r1", gated: bool = False) -> bytes:
                        "tool_call_id": f"c{i}", "params": {"p": 1}, "await_decision": gated}).encode()
 
 
-def result(i: int, run: str = "r1") -> bytes:
+VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+
+
+def result(i: int, run: str = "r1", veto: bool = False) -> bytes:
     return json.dumps({"type": "tool_result", "agent_id": "a", "run_id": run, "tool_name": "read",
-                       "tool_call_id": f"c{i}", "params": {"p": 1}, "result": "same"}).encode()
+                       "tool_call_id": f"c{i}", "params": {"p": 1}, "result": VETO if veto else "same"}).encode()
 
 
 def loop_records(n_pairs: int, start_offset: int = 0, run: str = "r1") -> list[Rec]:
     out, off = [], start_offset
     for i in range(n_pairs):
         out.append(Rec("ev", 0, off, run.encode(), call(i, run)))
-        out.append(Rec("ev", 0, off + 1, run.encode(), result(i, run)))
+        # an obedient runner: from the 4th call on (blocked under ENABLED) the result is the veto
+        out.append(Rec("ev", 0, off + 1, run.encode(), result(i, run, veto=off // 2 >= 3)))
         off += 2
     return out
 

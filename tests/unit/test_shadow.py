@@ -170,7 +170,7 @@ def test_state_without_usage_encodes_as_before_the_usage_slot():
     for state in states.values():
         assert state.usage is None
         legacy = [state.history, state.buckets, state.guard, state.blocked, state.seen, state.blocked_without_id,
-                  state.blocked_overflow, state.joined]
+                  state.blocked_overflow, state.joined, state.enforcement]
         assert encode_state(state) == msgspec.msgpack.encode(legacy)
         assert msgspec.msgpack.decode(encode_state(state), type=RunState) == state
     assert encode_event(decode_event(fleet_lines()[0])).find(b"usage") == -1
