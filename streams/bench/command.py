@@ -14,6 +14,7 @@ TARGETS = {
     "worker": ("streams.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
     "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
     "tune": ("streams.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
+    "soak": ("streams.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("streams.bench.all", "all of the above in one run, with their ratios and the targets"),
 }
 

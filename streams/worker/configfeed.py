@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from schemas.config import ConfigError, FleetConfig, parse_config_text
 from schemas.config_check import record_warnings
+from streams.kafka.topics import assign_from_start
 
 log = logging.getLogger(__name__)
 
@@ -74,23 +75,13 @@ class ConfigFeed:
         return True
 
     async def run(self) -> None:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import AIOKafkaConsumer
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
                                     fetch_max_wait_ms=100, client_id="loopwarden-config", **self.client_kwargs)
         await consumer.start()
         try:
-            partitions = None
-            while not partitions:
-                partitions = consumer.partitions_for_topic(self.topic)
-                if not partitions:
-                    await consumer.topics()  # refreshes metadata
-                    partitions = consumer.partitions_for_topic(self.topic)
-                    if not partitions:
-                        await asyncio.sleep(0.5)
-            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            tps = await assign_from_start(consumer, self.topic)
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=1000)
                 for records in batches.values():

@@ -195,24 +195,17 @@ class FleetRuntime:
 
     async def board_feed(self) -> None:
         """Every incident record, from the start of the topic, onto this worker's board."""
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka import AIOKafkaConsumer
 
         from streams.kafka.connection import kafka_auth
+        from streams.kafka.topics import assign_from_start
 
         s = self.settings
         consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100,
                                     client_id="loopwarden-incidents", **kafka_auth(s))
         await consumer.start()
         try:
-            partitions = None
-            while not partitions:
-                await consumer.topics()
-                partitions = consumer.partitions_for_topic(s.incidents_topic)
-                if not partitions:
-                    await asyncio.sleep(0.5)
-            tps = [TopicPartition(s.incidents_topic, p) for p in sorted(partitions)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
+            await assign_from_start(consumer, s.incidents_topic)
             while True:
                 for records in (await consumer.getmany(timeout_ms=200, max_records=1000)).values():
                     for record in records:

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
-async def _main(agent: Callable[[Any], Awaitable[None]], tag: str) -> int:
+async def _main(agent: Callable[[Any], Awaitable[None]], tag: str, config: dict | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import msgspec
 
@@ -27,10 +27,10 @@ async def _main(agent: Callable[[Any], Awaitable[None]], tag: str) -> int:
     from streams.devtools.processes import TopicNames, WorkerProcess
 
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
-        config = Path(tmp) / "loop.json"
-        config.write_text(json.dumps(CONFIG))
+        path = Path(tmp) / "loop.json"
+        path.write_text(json.dumps(config or CONFIG))
         names = TopicNames(f"{tag}-{uuid.uuid4().hex[:6]}")
-        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config)
+        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=path)
         worker.start()
         try:
             worker.wait_ready()
@@ -43,8 +43,9 @@ async def _main(agent: Callable[[Any], Awaitable[None]], tag: str) -> int:
     return 0
 
 
-def run(agent: Callable[[Any], Awaitable[None]], tag: str) -> None:
-    sys.exit(asyncio.run(_main(agent, tag)))
+def run(agent: Callable[[Any], Awaitable[None]], tag: str, config: dict | None = None) -> None:
+    """Run ``agent(client)`` against a fresh broker and worker (``config``: the worker's, default CONFIG)."""
+    sys.exit(asyncio.run(_main(agent, tag, config)))
 
 
 def show(i: int, text: str) -> None:

@@ -17,11 +17,8 @@ instead of running the tool, and the model gives up.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import uuid
 import sys
-import tempfile
+import uuid
 from pathlib import Path
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
@@ -55,28 +52,9 @@ async def toy_agent(client, agent_id: str = "toy", max_turns: int = 30) -> list[
     return transcript
 
 
-async def _main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.runner import LoopClient
-    from streams.devtools.processes import TopicNames, WorkerProcess
-
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
-        config = Path(tmp) / "loop.json"
-        config.write_text(json.dumps(CONFIG))
-        names = TopicNames(f"toy-{uuid.uuid4().hex[:6]}")
-        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config)
-        worker.start()
-        try:
-            worker.wait_ready()
-            async with LoopClient(bootstrap=broker.bootstrap, events_topic=names.events,
-                                  control_topic=names.control) as client:
-                for action, text in await toy_agent(client):
-                    print(f"{action:>20}  {text[:110]}")
-                print(json.dumps({k: v for k, v in __import__("msgspec").structs.asdict(client.stats).items() if v}))
-        finally:
-            worker.stop()
-    return 0
+async def _print_transcript(client) -> None:
+    for action, text in await toy_agent(client):
+        print(f"{action:>20}  {text[:110]}")
 
 
 def _use_venv() -> None:
@@ -96,4 +74,7 @@ def _use_venv() -> None:
 
 if __name__ == "__main__":
     _use_venv()
-    sys.exit(asyncio.run(_main()))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _harness import run
+
+    run(_print_transcript, "toy", CONFIG)

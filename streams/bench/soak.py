@@ -1,0 +1,122 @@
+"""``loopwarden bench soak``: memory against active runs, and after their expiry.
+
+One worker on the embedded broker. Two waves, each of ``--runs`` concurrent
+runs (every run a few healthy calls with results, then idle): after each
+wave the worker's RSS and ``loopwarden_active_runs`` are sampled, then again
+once the runs are idle past ``--ttl`` and the expiry sweep has dropped them.
+Bounded memory means: the second wave peaks where the first did, and RSS
+after expiry does not grow wave over wave. The stored bytes per run are
+the encoded run values of the same events, computed with the worker's own
+codec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=int, default=100_000, help="concurrent runs per wave")
+    p.add_argument("--calls", type=int, default=3, help="calls (each with its result) per run")
+    p.add_argument("--ttl", type=float, default=20.0, help="the worker's run_ttl, seconds")
+    p.add_argument("--waves", type=int, default=2)
+    p.add_argument("--json", action="store_true", help="print the report as JSON only")
+
+
+def run_events(wave: int, runs: int, calls: int) -> Iterator[dict]:
+    """``runs`` interleaved runs of ``calls`` distinct healthy calls, each followed by its result."""
+    for i in range(calls):
+        for r in range(runs):
+            run = f"soak-{wave}-{r}"
+            call = {"type": "tool_call", "agent_id": f"agent-{r % 500}", "session_id": f"s-{run}", "run_id": run,
+                    "tool_name": "read", "tool_call_id": f"{run}-{i}", "params": {"path": f"/f/{r}/{i}"}}
+            yield call
+            yield {**call, "type": "tool_result", "result": {"content": [{"type": "text", "text": f"ok {i}"}]}}
+
+
+def bytes_per_run(calls: int) -> int:
+    """The stored value of one run after ``calls`` calls, encoded as the worker stores it."""
+    from schemas.config import FleetConfig
+    from schemas.events import decode_event
+    from streams.detection import step
+    from streams.worker.runcodec import RunValue, encode_value
+
+    fleet = FleetConfig.from_document(CONFIG)
+    state = None
+    for event in run_events(0, 1, calls):
+        ev = decode_event(json.dumps(event))
+        state = step(state, ev, fleet.resolve(ev.agent_id)).state
+    return len(encode_value(RunValue(offset=2 * calls, touched=time.time(), state=state)))
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _wait(predicate: Any, timeout: float, every: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False
+
+
+def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print) -> dict:
+    from streams.devtools.broker import EmbeddedBroker
+    from streams.devtools.processes import WorkerProcess
+    from streams.devtools.simulate import publish
+
+    report: dict[str, Any] = {"runs": runs, "calls_per_run": calls, "ttl_s": ttl,
+                              "bytes_per_run": bytes_per_run(calls), "waves": []}
+    with tempfile.TemporaryDirectory(prefix="lw-soak-") as tmp, EmbeddedBroker() as broker:
+        config = Path(tmp) / "config.json"
+        config.write_text(json.dumps(CONFIG))
+        worker = WorkerProcess(broker.url, Path(tmp) / "data", config=config, log_level="warning",
+                               extra=["--run-ttl", str(ttl), "--expire-interval", str(max(1.0, ttl / 4))]).start()
+        try:
+            worker.wait_ready()
+            report["rss_idle_mib"] = round(rss_mib(worker.pid), 1)
+            processed = 0.0
+            for wave in range(waves):
+                n = runs * calls * 2
+                asyncio.run(publish(broker.bootstrap, "agent.events", run_events(wave, runs, calls), 0, None,
+                                    count=n, linger_ms=20))
+                processed += n
+                _wait(lambda: worker.metrics().get("loopwarden_events_total", 0) >= processed, 600)
+                _wait(lambda: worker.metrics().get("loopwarden_active_runs", 0) >= runs, 120)
+                peak = {"active_runs": worker.metrics().get("loopwarden_active_runs"),
+                        "rss_mib": round(rss_mib(worker.pid), 1)}
+                log(f"wave {wave + 1}: {peak['active_runs']:.0f} active runs, RSS {peak['rss_mib']} MiB")
+                _wait(lambda: worker.metrics().get("loopwarden_active_runs", 1) == 0, ttl * 4 + 120)
+                after = {"active_runs": worker.metrics().get("loopwarden_active_runs"),
+                         "rss_mib": round(rss_mib(worker.pid), 1),
+                         "expired_total": worker.metrics().get("loopwarden_expired_runs_total")}
+                log(f"wave {wave + 1} expired: {after['active_runs']:.0f} active runs, RSS {after['rss_mib']} MiB")
+                report["waves"].append({"peak": peak, "after_expiry": after})
+        finally:
+            worker.stop()
+    first, last = report["waves"][0], report["waves"][-1]
+    report["rss_growth_after_expiry_mib"] = round(last["after_expiry"]["rss_mib"] - first["after_expiry"]["rss_mib"], 1)
+    report["rss_mib_per_1k_active_runs"] = round(
+        1000 * (first["peak"]["rss_mib"] - report["rss_idle_mib"]) / max(1, runs), 2)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet = args.json
+    report = soak(args.runs, args.calls, args.ttl, args.waves, log=(lambda *_: None) if quiet else print)
+    print(json.dumps(report) if quiet else json.dumps(report, indent=2))
+    return 0
