@@ -26,16 +26,18 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=100_000, help="concurrent runs per wave")
     p.add_argument("--calls", type=int, default=3, help="calls (each with its result) per run")
-    p.add_argument("--ttl", type=float, default=20.0, help="the worker's run_ttl, seconds")
+    p.add_argument("--ttl", type=float, default=120.0,
+                   help="the worker's run_ttl, seconds (longer than a wave takes to drain)")
     p.add_argument("--waves", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the report as JSON only")
 
 
 def run_events(wave: int, runs: int, calls: int) -> Iterator[dict]:
-    """``runs`` interleaved runs of ``calls`` distinct healthy calls, each followed by its result."""
-    for i in range(calls):
-        for r in range(runs):
-            run = f"soak-{wave}-{r}"
+    """``runs`` runs of ``calls`` distinct healthy calls, each followed by its result, one run after another
+    (so a run goes idle as soon as its events are in, and all of a wave's runs are alive at once)."""
+    for r in range(runs):
+        run = f"soak-{wave}-{r}"
+        for i in range(calls):
             call = {"type": "tool_call", "agent_id": f"agent-{r % 500}", "session_id": f"s-{run}", "run_id": run,
                     "tool_name": "read", "tool_call_id": f"{run}-{i}", "params": {"path": f"/f/{r}/{i}"}}
             yield call
