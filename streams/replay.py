@@ -83,7 +83,7 @@ def ack_row(index: int, event: VerdictAck) -> dict:
     return row
 
 
-def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, incidents: bool = False,
+def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents: bool = False,
                  enforcement_rows: bool = False) -> Iterator[dict | BadLine]:
     """Yield a row per detection and a :class:`BadLine` per invalid line, in input order.
 
@@ -178,7 +178,8 @@ def run(args) -> int:
     out = sys.stdout.buffer
     try:
         with source:
-            for item in replay_lines(source, config, getattr(args, "incidents", False), show):
+            for item in replay_lines(source, config, incidents=getattr(args, "incidents", False),
+                                     enforcement_rows=show):
                 if isinstance(item, BadLine):
                     print(f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
                           file=sys.stderr)
