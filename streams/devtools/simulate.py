@@ -258,5 +258,5 @@ def main(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - stats.started
     print(f"sent {stats.sent} events in {elapsed:.1f}s ({stats.sent / max(elapsed, 1e-9):.0f}/s): {stats.by_type}")
     if stats.acks:
-        print(f"sent verdict_acks: {stats.acks}")
+        print(f"sent verdict_acks: {_encode(stats.acks).decode()}")  # JSON, by outcome
     return 0

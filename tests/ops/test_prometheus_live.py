@@ -6,6 +6,8 @@ Every dashboard query and every alert expression is run against it:
 * every alert expression must be valid, Prometheus's own evaluation of the rule must be
   healthy, and the "signal" of each alert (its expression without the threshold) must
   return data;
+* the simulator also plays the runners' acks (``--ack-share``): the Enforcement row's ack latency,
+  acks by outcome, unacknowledged verdicts and violations all get data;
 * alerts whose outcome this load decides are checked both ways:
   quiet  - LoopwardenWorkerDown, LoopwardenWorkersAbsent, LoopwardenWorkerNotReady (the worker is up
            and ready), LoopwardenConsumerLagGrowing (lag stays far below 1000);
@@ -252,7 +254,7 @@ def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, 
     match = re.search(r"sent (\d+) events", res.stdout)
     acks = re.search(r"sent verdict_acks: (\{.*\})", res.stdout)
     assert match and acks, res.stdout
-    return int(match.group(1)), json.loads(acks.group(1).replace("'", '"'))
+    return int(match.group(1)), json.loads(acks.group(1))
 
 
 def _all_events(sent: dict) -> int:
