@@ -13,6 +13,7 @@ TARGETS = {
     "engine": ("streams.bench.engine", "decode + step() on one core, against the hashing floor"),
     "worker": ("streams.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
     "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
+    "adapters": ("streams.bench.adapters", "the latency each framework adapter adds per gated tool call"),
     "tune": ("streams.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
     "soak": ("streams.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("streams.bench.all", "all of the above in one run, with their ratios and the targets"),
@@ -20,7 +21,7 @@ TARGETS = {
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, tune, all)",
+    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, adapters, tune, all)",
                               description="Measure speed on this machine; every figure printed with its ratios.")
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name, (module, text) in TARGETS.items():

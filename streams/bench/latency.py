@@ -210,12 +210,13 @@ async def _open_loop(runners: list[_Runner], rate: float, seconds: float) -> flo
 
 
 @contextlib.asynccontextmanager
-async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
-    """A fresh broker, worker and K warmed-up runners.
+async def _stack_parts() -> AsyncIterator[tuple[Any, CpuMeter]]:
+    """A fresh broker and worker; yields (``await clients(client_id)`` -> a started LoopClient, CPU meter).
 
     Fresh per measurement: Tansu's memory engine gets slower as its logs grow
     (broker CPU at a fixed 80 produce/s: 16% on an empty log, 28% after 150 k
     records), so a level measured after a ramp would pay for the ramp's data.
+    The clients are closed and the worker stopped on exit.
     """
     from streams.kafka.admin import ensure_topics
     from streams.devtools.broker import EmbeddedBroker
@@ -232,24 +233,36 @@ async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
         config.write_text(json.dumps(CONFIG))
         worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config,
                                log_level="warning").start()
-        clients: list[Any] = []
+        started: list[Any] = []
+        settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names.events,
+                                           control_topic=names.control)
+
+        async def clients(client_id: str) -> Any:
+            client = await LoopClient(settings, client_id=client_id).start()
+            started.append(client)
+            return client
+
+        clients.settings = settings  # type: ignore[attr-defined]
         try:
             await asyncio.to_thread(worker.wait_ready)
-            settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names.events,
-                                               control_topic=names.control)
-            for i in range(k):
-                clients.append(await LoopClient(settings, client_id=f"bench-runner-{i}").start())
-            runners = [_Runner(c, i) for i, c in enumerate(clients)]
-            for _ in range(20):  # warm-up: connections, metadata, worker batches
-                await asyncio.gather(*(r.one_call(False) for r in runners))
-            meter = CpuMeter({"worker": worker.pid, "broker": broker.process.pid})
-            info = {"client": msgspec.structs.asdict(settings),
-                    "client_stats": [c.stats for c in clients]}
-            yield runners, meter, info
+            yield clients, CpuMeter({"worker": worker.pid, "broker": broker.process.pid})
         finally:
-            for c in clients:
+            for c in started:
                 await c.close()
             await asyncio.to_thread(worker.stop)
+
+
+@contextlib.asynccontextmanager
+async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
+    """A fresh broker, worker (:func:`_stack_parts`) and K warmed-up runners."""
+    async with _stack_parts() as (clients, meter):
+        started = [await clients(f"bench-runner-{i}") for i in range(k)]
+        runners = [_Runner(c, i) for i, c in enumerate(started)]
+        for _ in range(20):  # warm-up: connections, metadata, worker batches
+            await asyncio.gather(*(r.one_call(False) for r in runners))
+        info = {"client": msgspec.structs.asdict(clients.settings),
+                "client_stats": [c.stats for c in started]}
+        yield runners, meter, info
 
 
 async def bench(k: int, rate: float | None, seconds: float, loads: list[float], ramp_start: float,

@@ -4,6 +4,12 @@ The runs come from :mod:`streams.devtools.synthetic` (generic repeat, stuck poll
 ping-pong, unknown tool, compaction loop, healthy); each event gets ``ts``
 = send time, key = its run key. A new fleet (next seed) starts whenever one
 is used up, so any duration works.
+
+With ``--ack-share F`` it also plays the runners' side of acknowledgements:
+it reads the control topic and answers a share F of the warn/block/abort
+verdicts with a ``verdict_ack`` (a share of those ``failed``), so the
+Enforcement metrics have data while the rest stay unacknowledged. Which
+verdicts are acked depends only on their ids, so a rerun acks the same ones.
 """
 
 from __future__ import annotations
@@ -11,13 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import msgspec
 
-from schemas.events import key_for
+from schemas.events import VerdictAck, encode_event, key_for
 from streams.kafka.connection import servers
 
 _encode = msgspec.json.Encoder().encode
@@ -28,6 +35,7 @@ class SimStats:
     sent: int = 0
     started: float = field(default_factory=time.monotonic)
     by_type: dict[str, int] = field(default_factory=dict)
+    acks: dict[str, int] = field(default_factory=dict)  # outcome -> verdict_acks sent (--ack-share)
 
 
 def run_key(event: dict) -> str:
@@ -114,6 +122,102 @@ async def publish(bootstrap: str, topic: str, events: Iterator[dict], rate: floa
     return stats
 
 
+def _shares(verdict_id: str) -> tuple[float, float]:
+    """Two independent stable pseudo-random numbers in [0, 1) for one verdict id (same ids, same choices)."""
+    digest = hashlib.blake2b(verdict_id.encode(), digest_size=16).digest()
+    return int.from_bytes(digest[:8]) / 2**64, int.from_bytes(digest[8:]) / 2**64
+
+
+_ACKED_ACTIONS = frozenset({"warn", "block", "abort"})
+_control_decoder = msgspec.json.Decoder(dict)
+
+
+def ack_for(verdict: dict, share: float, failed_share: float) -> VerdictAck | None:
+    """The ``verdict_ack`` a simulated runner sends for ``verdict`` (a control record), or None.
+
+    Records that are not verdicts (``verdict_violation``), ``allow`` verdicts and
+    verdicts outside ``share`` get none; ``failed_share`` of the acked ones fail.
+    """
+    if verdict.get("type") != "verdict" or verdict.get("action") not in _ACKED_ACTIONS:
+        return None
+    verdict_id = verdict.get("verdict_id")
+    if not isinstance(verdict_id, str):
+        return None
+    acked, fails = _shares(verdict_id)
+    if acked >= share:
+        return None
+    failed = fails < failed_share
+    return VerdictAck(agent_id=verdict["agent_id"], session_id=verdict.get("session_id"),
+                      run_id=verdict.get("run_id"), ts=time.time(), verdict_id=verdict_id,
+                      outcome="failed" if failed else "applied",
+                      detail="simulated runner could not apply it" if failed else None)
+
+
+async def acknowledge(bootstrap: str, control_topic: str, events_topic: str, share: float, failed_share: float,
+                      stats: SimStats, ready: asyncio.Event, stop: asyncio.Event, linger_ms: int = 5) -> None:
+    """Ack verdicts from ``control_topic`` (read from the end, so an older fleet's are left alone) until
+    ``stop`` is set; ``ready`` is set once the consumer has its position, before any load is sent."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms)
+    await consumer.start()
+    await producer.start()
+    try:
+        await consumer.topics()  # fetches the metadata partitions_for_topic reads
+        partitions = [TopicPartition(control_topic, p)
+                      for p in sorted(consumer.partitions_for_topic(control_topic) or ())]
+        if not partitions:
+            raise RuntimeError(f"control topic {control_topic!r} does not exist (start the worker first)")
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await consumer.position(tp)
+        ready.set()
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=100)
+            for records in batches.values():
+                for record in records:
+                    try:
+                        verdict = _control_decoder.decode(record.value or b"")
+                    except msgspec.DecodeError:
+                        continue
+                    ack = ack_for(verdict, share, failed_share)
+                    if ack is None:
+                        continue
+                    await producer.send(events_topic, encode_event(ack), key=record.key)
+                    stats.acks[ack.outcome] = stats.acks.get(ack.outcome, 0) + 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+async def simulate(bootstrap: str, topic: str, events: Iterator[dict], rate: float, duration: float | None,
+                   count: int | None, ack_share: float = 0.0, ack_failed: float = 0.0,
+                   control_topic: str = "agent.loop-control", ack_grace: float = 2.0) -> SimStats:
+    """:func:`publish`, plus :func:`acknowledge` beside it when ``ack_share`` > 0 (it keeps acking for
+    ``ack_grace`` s after the last event, for the verdicts still on their way)."""
+    stats = SimStats()
+    if ack_share <= 0:
+        return await publish(bootstrap, topic, events, rate, duration, stats=stats, count=count)
+    ready, stop = asyncio.Event(), asyncio.Event()
+    acker = asyncio.ensure_future(acknowledge(bootstrap, control_topic, topic, ack_share, ack_failed, stats,
+                                              ready, stop))
+    waiting = asyncio.ensure_future(ready.wait())
+    await asyncio.wait([acker, waiting], return_when=asyncio.FIRST_COMPLETED)
+    if acker.done():
+        acker.result()  # it failed before it was ready: raise its error
+    waiting.cancel()
+    try:
+        await publish(bootstrap, topic, events, rate, duration, stats=stats, count=count)
+        await asyncio.sleep(ack_grace)
+    finally:
+        stop.set()
+        await acker
+    return stats
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="publish a synthetic agent fleet to the events topic",
                               description="Publish healthy runs and every loop kind at a given rate.")
@@ -130,6 +234,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fleet-incident scenario: this many agents hit one failing tool every round (0 = off)")
     p.add_argument("--heartbeat", type=int, default=0, metavar="SESSIONS",
                    help="cross_run_repeat scenario: this many sessions run the same scheduled work (0 = off)")
+    p.add_argument("--ack-share", type=float, default=0.0, metavar="F",
+                   help="answer this share of warn/block/abort verdicts with a verdict_ack (0 = none)")
+    p.add_argument("--ack-failed", type=float, default=0.2, metavar="F",
+                   help="share of the sent acks whose outcome is `failed` (with --ack-share)")
+    p.add_argument("--control-topic", default="agent.loop-control", help="where verdicts are read (--ack-share)")
     p.set_defaults(func=main)
 
 
@@ -140,9 +249,14 @@ def main(args: argparse.Namespace) -> int:
                             seed=args.seed)
     duration = args.duration or None
     try:
-        stats = asyncio.run(publish(bootstrap, args.topic, events, args.rate, duration, count=args.count))
+        stats = asyncio.run(simulate(bootstrap, args.topic, events, args.rate, duration, args.count,
+                                     ack_share=getattr(args, "ack_share", 0.0),
+                                     ack_failed=getattr(args, "ack_failed", 0.0),
+                                     control_topic=getattr(args, "control_topic", "agent.loop-control")))
     except KeyboardInterrupt:
         return 130
     elapsed = time.monotonic() - stats.started
     print(f"sent {stats.sent} events in {elapsed:.1f}s ({stats.sent / max(elapsed, 1e-9):.0f}/s): {stats.by_type}")
+    if stats.acks:
+        print(f"sent verdict_acks: {_encode(stats.acks).decode()}")  # JSON, by outcome
     return 0

@@ -233,10 +233,11 @@ class LoopClient:
         event = wire.result_for(call, result=result, error=error, encode=self.encode)
         await self.publish(event)
         if decision is not None and decision.action in ("block", "abort") and decision.verdict is not None:
-            if is_blocked_result(result):
-                await self._ack_once(decision.verdict, "applied", f"{decision.action}: tool not run")
-            else:
-                await self._ack_once(decision.verdict, "failed", f"{decision.action}: the tool ran anyway")
+            outcome, detail = (("applied", "tool not run") if is_blocked_result(result)
+                               else ("failed", "the tool ran anyway"))
+            await self._ack_once(decision.verdict, outcome, f"{decision.action}: {detail}")
+            if decision.superseded is not None:
+                await self.ack(decision.superseded, outcome, f"block (answered by the run's abort): {detail}")
         return event
 
     async def ack(self, verdict: Verdict, outcome: str = "applied", detail: str | None = None) -> bool:
@@ -303,8 +304,11 @@ class LoopClient:
                 stats.events_sent += 1
                 delivery.add_done_callback(lambda d: self._delivery_into(d, fut))
                 verdict: Verdict = await fut
+                superseded = None
                 if entry is not None and entry.state.aborted is not None and verdict.action != "abort":
-                    verdict = entry.state.aborted  # the run was aborted while this call waited
+                    # the run was aborted while this call waited; its own block still awaits an ack
+                    superseded = verdict if verdict.action == "block" else None
+                    verdict = entry.state.aborted
         except TimeoutError:
             stats.fail_open_timeout += 1
             stats.allowed += 1
@@ -327,7 +331,7 @@ class LoopClient:
         else:
             stats.allowed += 1
         return Decision(action=action, source="verdict", call=call, verdict=verdict,
-                        seconds=time.perf_counter() - t0)
+                        seconds=time.perf_counter() - t0, superseded=superseded)
 
     @staticmethod
     def _delivery_into(delivery: asyncio.Future, fut: asyncio.Future) -> None:

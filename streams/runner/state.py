@@ -33,6 +33,7 @@ class Decision(msgspec.Struct, kw_only=True):
     call: ToolCall
     verdict: Verdict | None = None
     seconds: float = 0.0
+    superseded: Verdict | None = None  # this call's own block, when the run's abort answered it instead
 
     @property
     def message(self) -> str | None:

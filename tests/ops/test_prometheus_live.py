@@ -6,6 +6,8 @@ Every dashboard query and every alert expression is run against it:
 * every alert expression must be valid, Prometheus's own evaluation of the rule must be
   healthy, and the "signal" of each alert (its expression without the threshold) must
   return data;
+* the simulator also plays the runners' acks (``--ack-share``): the Enforcement row's ack latency,
+  acks by outcome, unacknowledged verdicts and violations all get data;
 * alerts whose outcome this load decides are checked both ways:
   quiet  - LoopwardenWorkerDown, LoopwardenWorkersAbsent, LoopwardenWorkerNotReady (the worker is up
            and ready), LoopwardenConsumerLagGrowing (lag stays far below 1000);
@@ -71,11 +73,18 @@ EXPECT_QUIET = {"LoopwardenWorkerDown", "LoopwardenWorkersAbsent", "LoopwardenWo
 EXPECT_FIRING = {"LoopwardenDeadLetterSpike"}
 
 # Load: `loopwarden simulate` (a synthetic fleet, most runs looping, every 5th call gated)
-# paced over LOAD_SECONDS, plus garbage that must be dead-lettered, sent beside it.
+# paced over LOAD_SECONDS, plus garbage that must be dead-lettered, sent beside it. The simulator
+# acks ACK_SHARE of the warn/block/abort verdicts (ACK_FAILED of those as `failed`); the others stay
+# unacknowledged, and the looping runs go on after their blocks (violations): the Enforcement row.
 LOAD_SECONDS = 15
 SIM_RATE = 100
 SIM_COUNT = SIM_RATE * LOAD_SECONDS
 GARBAGE_PER_SECOND = 8
+ACK_SHARE = 0.6
+ACK_FAILED = 0.25
+# The simulator acks within ~0.5 s; a worker deadline shorter than the default 5 s lets the verdicts it
+# never acks count as unacknowledged while the load still runs (their runs go on), not only at run end.
+ACK_TIMEOUT = 2.0
 
 
 def _integration_support() -> ModuleType:
@@ -231,9 +240,11 @@ class Garbage(threading.Thread):
             self.error = exc
 
 
-def simulate(bootstrap: str, topic: str, log: Path) -> int:
-    """``loopwarden simulate`` for SIM_COUNT events at SIM_RATE/s; returns the events it sent."""
+def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, dict[str, int]]:
+    """``loopwarden simulate`` for SIM_COUNT events at SIM_RATE/s; returns the events and the
+    verdict_acks (by outcome) it sent."""
     cmd = [sys.executable, "-m", "streams.cli", "simulate", "--broker", f"kafka://{bootstrap}", "--topic", topic,
+           "--ack-share", str(ACK_SHARE), "--ack-failed", str(ACK_FAILED), "--control-topic", control,
            "--agents", "12", "--loop-share", "0.7", "--gate-every", "5", "--seed", "11",
            "--outage", "6", "--heartbeat", "2",  # fleet incidents and cross_run_repeat (the config enables them)
            "--rate", str(SIM_RATE), "--count", str(SIM_COUNT), "--duration", str(LOAD_SECONDS + 60)]
@@ -241,8 +252,14 @@ def simulate(bootstrap: str, topic: str, log: Path) -> int:
     log.write_text(res.stdout + res.stderr)
     assert res.returncode == 0, f"loopwarden simulate failed ({res.returncode}): {res.stderr[-2000:]}"
     match = re.search(r"sent (\d+) events", res.stdout)
-    assert match, res.stdout
-    return int(match.group(1))
+    acks = re.search(r"sent verdict_acks: (\{.*\})", res.stdout)
+    assert match and acks, res.stdout
+    return int(match.group(1)), json.loads(acks.group(1))
+
+
+def _all_events(sent: dict) -> int:
+    """Events the worker counts: the simulated fleet's plus the acks (verdict_ack is an event)."""
+    return sent["events"] + sum(sent["acks"].values())
 
 
 # --- fixtures ----------------------------------------------------------------------------
@@ -271,7 +288,7 @@ def stack(tmp_path_factory, prometheus_bin):
     try:
         names = helpers.Names("promlive")
         worker = helpers.WorkerProcess(broker.bootstrap, names, tmp / "data-w0", config=_with_fleet(CONFIG, tmp),
-                                       log_dir=tmp).start()
+                                       extra=["--ack-timeout", str(ACK_TIMEOUT)], log_dir=tmp).start()
         worker.wait_ready(timeout=90)
         prom = Prometheus(prometheus_bin, tmp, [f"127.0.0.1:{worker.port}"])
         prom.wait_ready()
@@ -280,16 +297,17 @@ def stack(tmp_path_factory, prometheus_bin):
 
         garbage = Garbage(broker.bootstrap, names.events)
         garbage.start()
-        events = simulate(broker.bootstrap, names.events, tmp / "simulate.log")
+        events, acks = simulate(broker.bootstrap, names.events, names.control, tmp / "simulate.log")
         garbage.join(LOAD_SECONDS + 60)
         assert not garbage.is_alive(), "garbage producer hung"
         assert garbage.error is None, f"garbage producer failed: {garbage.error!r}"
-        sent = {"events": events, "garbage": garbage.sent}
+        sent = {"events": events, "garbage": garbage.sent, "acks": acks}
         assert events == SIM_COUNT and garbage.sent == LOAD_SECONDS * GARBAGE_PER_SECOND, sent
+        assert acks.get("applied") and acks.get("failed"), sent
 
         # Wait until Prometheus has scraped the worker after it processed everything.
-        _wait("all events counted in Prometheus",
-              lambda: scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})') >= sent["events"],
+        _wait("all events and acks counted in Prometheus",
+              lambda: scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})') >= _all_events(sent),
               timeout=60)
         _wait("all garbage dead-lettered in Prometheus",
               lambda: scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') >= sent["garbage"],
@@ -383,7 +401,14 @@ def test_worker_metrics_match_what_prometheus_scraped(stack):
     worker = stack["worker"]
     local = worker.metrics()
     scraped = scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})')
-    assert scraped == local["loopwarden_events_total"] == stack["sent"]["events"]
+    assert scraped == local["loopwarden_events_total"] == _all_events(stack["sent"])
+    acks = stack["sent"]["acks"]
+    for outcome in ("applied", "failed"):
+        assert scalar(prom, f'sum(loopwarden_verdict_acks_total{{job="loopwarden", outcome="{outcome}"}})') \
+            == acks[outcome]
+    assert scalar(prom, 'sum(loopwarden_verdict_ack_seconds_count{job="loopwarden"})') > 0
+    assert scalar(prom, 'sum(loopwarden_verdicts_unacked_total{job="loopwarden"})') > 0
+    assert scalar(prom, 'sum(loopwarden_verdict_violations_total{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="block"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="allow"})') > 0  # --gate-every
     assert scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') == stack["sent"]["garbage"]

@@ -274,3 +274,35 @@ async def test_start_with_no_broker_fails_open_unless_required():
     with pytest.raises(Exception):
         await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000,
                                           require_broker=True).start(), 30)
+
+
+async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
+    """The worker can publish a call's block and an escalation abort together: the check answers the
+    abort, and the veto the runner publishes applies (and acks) both, so the block is not left unacked."""
+    client = LoopClient(bootstrap="kafka://127.0.0.1:1")
+    sent: list = []
+    loop = asyncio.get_running_loop()
+
+    class Producer:  # delivers the worker's two verdicts for the call in one go, as one fetch would
+        async def send(self, topic, value, key=None):
+            call_id = decode_event(value).tool_call_id
+            loop.call_soon(client._on_verdict, b"r1", verdict("b", "block", tool_call_id=call_id))
+            loop.call_soon(client._on_verdict, b"r1",
+                           verdict("e", "abort", tool_call_id=call_id, detector="escalation"))
+            done = loop.create_future()
+            done.set_result(None)
+            return done
+
+    async def publish(event):
+        sent.append(event)
+        return True
+
+    client._producer = Producer()
+    client.publish = publish
+    run = client.run("a", run_id="r1")
+    d = await run.check("read", {"p": 1})
+    assert (d.action, d.verdict.verdict_id, d.superseded.verdict_id) == ("abort", "e", "b")
+    await run.tool_result(d, result=d.blocked_result())
+    await run.end()
+    acks = [(e.verdict_id, e.outcome) for e in sent if type(e).__name__ == "VerdictAck"]
+    assert acks == [("e", "applied"), ("b", "applied")]
