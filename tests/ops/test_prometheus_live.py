@@ -56,7 +56,7 @@ SIGNALS = {
     "LoopwardenWorkerDown": 'up{job="loopwarden"}',
     "LoopwardenWorkersAbsent": 'up{job="loopwarden"}',
     "LoopwardenWorkerNotReady": 'loopwarden_ready{job="loopwarden"}',
-    "LoopwardenLoopStorm": 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block"}[5m]))',
+    "LoopwardenLoopStorm": 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block", mode="enforce"}[5m]))',
     "LoopwardenCompactionAborts": 'sum(increase(loopwarden_guard_aborts_total{job="loopwarden"}[15m]))',
     "LoopwardenDeadLetterSpike": 'sum(rate(loopwarden_dead_letters_total{job="loopwarden"}[5m]))',
     "LoopwardenLatencySLOBreach": (
@@ -384,7 +384,7 @@ def test_worker_metrics_match_what_prometheus_scraped(stack):
     local = worker.metrics()
     scraped = scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})')
     assert scraped == local["loopwarden_events_total"] == stack["sent"]["events"]
-    assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="block"})') > 0
+    assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="block", mode="enforce"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="allow"})') > 0  # --gate-every
     assert scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') == stack["sent"]["garbage"]
     assert scalar(prom, 'sum(loopwarden_ready{job="loopwarden"})') == 1.0
