@@ -31,8 +31,8 @@ class Metrics:
                                 ["action", "detector", "mode"], registry=r)
         self.loop_tokens = Counter("loopwarden_loop_tokens",
                                    "Tokens spent on calls charged to loops (the calls of a detection's streak, "
-                                   "calls to a blocked signature), from the events' usage", ["detector", "tool", "mode"],
-                                   registry=r)
+                                   "calls to a blocked signature), from the events' usage",
+                                   ["detector", "tool", "mode"], registry=r)
         self.loop_cost = Counter("loopwarden_loop_cost", "Cost of the calls charged to loops (usage.cost)",
                                  ["detector", "tool", "mode"], registry=r)
         self.dead_letters = Counter("loopwarden_dead_letters", "Messages sent to the dead-letter topic",

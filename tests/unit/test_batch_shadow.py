@@ -141,3 +141,16 @@ def test_no_usage_no_loop_tokens_and_no_fields():
     res = apply_batch(records(loop_events(6, veto_from=3)), lambda p, k: None, fleet(), LIMITS)
     assert not res.counts.loop_tokens and not res.counts.loop_cost
     assert all("loop_tokens" not in v for vs in by_topic(res).values() for v in vs)
+
+
+def test_synthetic_usage_changes_nothing_but_the_usage_field():
+    """``fleet_events(usage=True)``: every call carries valid usage; the seed gives the same events otherwise."""
+    from schemas.events import ToolCall, decode_event
+    from streams.devtools.synthetic import fleet_events
+
+    plain = list(fleet_events(agents=6, seed=5))
+    priced = list(fleet_events(agents=6, seed=5, usage=True))
+    assert [{k: v for k, v in e.items() if k != "usage"} for e in priced] == plain
+    calls = [decode_event(json.dumps(e)) for e in priced if e["type"] == "tool_call"]
+    assert calls and all(isinstance(c, ToolCall) and c.usage is not None and c.usage.cost > 0 for c in calls)
+    assert not any("usage" in e for e in priced if e["type"] != "tool_call")
