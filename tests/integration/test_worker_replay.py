@@ -72,7 +72,7 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
     # some go on after their abort; the worker reports each as replay does, naming the verdict disobeyed.
     records = collect(tansu, names.control, timeout=30)
     violations = [v for _, v in decode_verdicts(records, "verdict_violation")]
-    replayed = [r for r in replay_lines([json.dumps(e) for e in events], load_config(config), True)
+    replayed = [r for r in replay_lines([json.dumps(e) for e in events], load_config(config), enforcement_rows=True)
                 if isinstance(r, dict) and r.get("type") == "verdict_violation"]
     assert violations and len(violations) == len(replayed)
     assert sorted((v["tool_call_id"], v["kind"]) for v in violations) == sorted(
