@@ -99,6 +99,8 @@ class View:
         self.latencies: collections.deque = collections.deque(maxlen=2000)
 
     def on_verdict(self, verdict: dict) -> None:
+        if verdict.get("type", "verdict") != "verdict":
+            return  # verdict_violation records share the control topic
         self.verdicts += 1
         kind = (verdict["action"], verdict.get("detector") or "-")
         self.by_kind[kind] += 1
