@@ -156,9 +156,9 @@ class View:
             f"({self._rate('loopwarden_events_total', final)})  active runs {m.get('loopwarden_active_runs', 0):.0f}\n"
             f"verdicts {self.verdicts}: {self._actions()}\n"
             f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
-            f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}"
-            f"  tokens in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}\n"
-            f"[dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
+            f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
+            f"tokens in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}"
+            f"  [dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
         kinds = Table(title="verdicts so far by kind; count, tool and agent of the latest", box=box.SIMPLE_HEAD,
                       padding=(0, 1), title_justify="left", pad_edge=False, show_edge=False)
         for name, justify in (("action", "left"), ("detector", "left"), ("n", "right"), ("count", "right"),
