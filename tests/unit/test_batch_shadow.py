@@ -154,3 +154,28 @@ def test_synthetic_usage_changes_nothing_but_the_usage_field():
     calls = [decode_event(json.dumps(e)) for e in priced if e["type"] == "tool_call"]
     assert calls and all(isinstance(c, ToolCall) and c.usage is not None and c.usage.cost > 0 for c in calls)
     assert not any("usage" in e for e in priced if e["type"] != "tool_call")
+
+
+def test_a_call_to_a_blocked_signature_is_charged_even_when_nothing_fires_on_it():
+    """Charges are counted on every step that has one, not only on steps with detections."""
+    config = FleetConfig.from_document({"tools": {"loopDetection": {**DETECTION, "historySize": 6}}})
+    veto = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
+    events: list[dict] = []
+
+    def pair(i: int, path: str, result) -> None:
+        base = {"agent_id": "a", "run_id": "r1", "tool_name": "read", "tool_call_id": f"c{i}",
+                "params": {"path": path}}
+        events.extend([{"type": "tool_call", **base, "usage": {"input_tokens": 100, "output_tokens": i}},
+                       {"type": "tool_result", **base, "result": result}])
+
+    for i in range(6):  # the 6th identical call is blocked (vetoed)
+        pair(i, "/same", veto if i == 5 else "same")
+    for i in range(6, 12):  # other work pushes the loop out of the history
+        pair(i, f"/other{i}", f"text {i}")
+    pair(12, "/same", "same")  # back to the blocked call: no detector fires, the model still paid for it
+    res = apply_batch(records(events), lambda p, k: None, config, LIMITS, tool_label=lambda name: name)
+    rows = replayed(events, config)
+    assert rows[-1]["event_index"] < 2 * 12  # no detection on the last call
+    charged_at_detections = rows[-1]["loop_tokens"]
+    assert charged_at_detections == sum(100 + i for i in range(6))
+    assert res.counts.loop_tokens[("generic_repeat", "read", "enforce")] == charged_at_detections + 100 + 12
