@@ -181,8 +181,9 @@ def build() -> dash_b.Dashboard:
         "Active runs", "Runs (sessions) with state held in the tables right now.",
         "none", q(f"sum(loopwarden_active_runs{{{SEL}}})", "runs")))
     board = _add(board, _stat(
-        "Blocks + aborts (range)", "block and abort verdicts published in the dashboard's time range.",
-        "none", q(f'sum(increase(loopwarden_verdicts_total{{{SEL}, action=~"block|abort"}}[$__range]))',
+        "Blocks + aborts (range)", "block and abort verdicts enforced in the dashboard's time range "
+        "(shadowed ones are not: see \"Detections: shadow vs enforce\").",
+        "none", q(f'sum(increase(loopwarden_verdicts_total{{{SEL}, action=~"block|abort", mode="enforce"}}[$__range]))',
                   "blocks+aborts", instant=True),
         [(None, "green"), (1, "orange"), (100, "red")]))
     board = _add(board, _stat(
@@ -220,13 +221,15 @@ def build() -> dash_b.Dashboard:
         q(f"sum by (detector, level) (rate(loopwarden_detections_total{{{SEL}}}[{RATE}]))",
           "{{detector}} {{level}}")))
     board = _add(board, _ts(
-        "Verdicts by action and detector", "Verdicts published on agent.loop-control.", "ops",
-        q(f"sum by (action, detector) (rate(loopwarden_verdicts_total{{{SEL}}}[{RATE}]))",
+        "Verdicts by action and detector", "Verdicts published on agent.loop-control (shadowed ones go to "
+        "agent.loop-shadow and are not counted here).", "ops",
+        q(f'sum by (action, detector) (rate(loopwarden_verdicts_total{{{SEL}, mode="enforce"}}[{RATE}]))',
           "{{action}} {{detector}}")))
     board = _add(board, _ts(
         "Blocks and aborts per minute", "block = a rolling detector went critical and the run's next tool "
         "call is refused; abort = compaction_loop_persisted ended the run.", "none",
-        q(f'sum by (action) (rate(loopwarden_verdicts_total{{{SEL}, action=~"block|abort"}}[{RATE}])) * 60',
+        q(f'sum by (action) (rate(loopwarden_verdicts_total{{{SEL}, action=~"block|abort", mode="enforce"}}'
+          f'[{RATE}])) * 60',
           "{{action}} / min"),
         stack=True))
     board = _add(board, 
@@ -243,6 +246,42 @@ def build() -> dash_b.Dashboard:
         .display_mode(common.BarGaugeDisplayMode.GRADIENT)
         .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
         .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_detections_total{{{SEL}}}[$__range])))",
+                       "{{tool}}", instant=True))
+    )
+
+    board = _add(board, _ts(
+        "Detections: shadow vs enforce", "Detections by mode: shadow = loopwarden.shadow recorded them on "
+        "agent.loop-shadow and enforced nothing (the run went on); enforce = warned, blocked or aborted. "
+        "Watch shadow before switching a detector to enforce.", "ops",
+        q(f"sum by (mode) (rate(loopwarden_detections_total{{{SEL}}}[{RATE}]))", "{{mode}}", "A"),
+        q(f'sum by (mode) (rate(loopwarden_verdicts_total{{{SEL}, action!="allow"}}[{RATE}]))',
+          "{{mode}} verdicts", "B")))
+
+    # --- Loop cost -----------------------------------------------------------
+    board = board.with_row(_row("Loop cost"))
+    board = _add(board, _ts(
+        "Tokens burnt in loops per hour", "Tokens (input + output, from the tool_call events' usage) of the "
+        "calls charged to loops: each detection's streak from its first call, and calls a run still makes "
+        "to a blocked signature; per hour, by mode.", "short",
+        q(f"sum by (mode) (rate(loopwarden_loop_tokens_total{{{SEL}}}[{RATE}])) * 3600", "{{mode}}")))
+    board = _add(board, _ts(
+        "Loop cost per hour", "usage.cost of the calls charged to loops, per hour, by detector (the fleet's "
+        "currency; only calls whose usage carries a cost).", "short",
+        q(f"sum by (detector) (rate(loopwarden_loop_cost_total{{{SEL}}}[{RATE}])) * 3600", "{{detector}}")))
+    board = _add(board,
+        bargauge.Panel()
+        .title("Top tools by loop tokens")
+        .description("Tools whose loops burnt the most tokens in the time range (tool names outside the "
+                     "capped set are counted as 'other').")
+        .datasource(DATASOURCE)
+        .unit("short")
+        .min(0)
+        .height(8)
+        .span(24)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_loop_tokens_total{{{SEL}}}[$__range])))",
                        "{{tool}}", instant=True))
     )
 

@@ -157,7 +157,8 @@ class View:
             f"verdicts {self.verdicts}: {self._actions()}\n"
             f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
             f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
-            f"[dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
+            f"tokens in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}"
+            f"  [dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
         kinds = Table(title="verdicts so far by kind; count, tool and agent of the latest", box=box.SIMPLE_HEAD,
                       padding=(0, 1), title_justify="left", pad_edge=False, show_edge=False)
         for name, justify in (("action", "left"), ("detector", "left"), ("n", "right"), ("count", "right"),
@@ -212,7 +213,7 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     watcher = asyncio.create_task(_watch(bootstrap, "agent.loop-control", view, stop))
     await asyncio.sleep(0.5)  # let the watcher subscribe before the first verdicts
     events = endless_fleet(args.agents, args.loop_share, seed=int(time.time()) % 10_000, gate_every=5,
-                           breaker_agent=BREAKER_AGENT)
+                           breaker_agent=BREAKER_AGENT, usage=True)
     sim = asyncio.create_task(publish(bootstrap, "agent.events", events, args.rate, args.duration or None, stats))
     if tty:
         with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:

@@ -31,14 +31,15 @@ class TopicNames:
         self.app_id = app_id or f"lw-{tag}"
         self.events = f"events-{tag}"
         self.control = f"control-{tag}"
+        self.shadow = f"shadow-{tag}"
         self.config = f"config-{tag}"
         self.dead_letter = f"dead-{tag}"
         self.incidents = f"incidents-{tag}"
 
     def args(self) -> list[str]:
         return ["--app-id", self.app_id, "--events-topic", self.events, "--control-topic", self.control,
-                "--config-topic", self.config, "--dead-letter-topic", self.dead_letter,
-                "--incidents-topic", self.incidents]
+                "--shadow-topic", self.shadow, "--config-topic", self.config,
+                "--dead-letter-topic", self.dead_letter, "--incidents-topic", self.incidents]
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -44,14 +44,18 @@ def run_key(event: dict) -> str:
 
 
 def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 40,
-                  gate_every: int = 0, prefix: str = "", breaker_agent: str | None = None) -> Iterator[dict]:
-    """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision."""
+                  gate_every: int = 0, prefix: str = "", breaker_agent: str | None = None,
+                  usage: bool = False) -> Iterator[dict]:
+    """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision.
+
+    ``usage``: tool calls carry tokens and cost (:func:`~streams.devtools.synthetic.fleet_events`)."""
     from streams.devtools.synthetic import fleet_events
 
     calls = 0
     for round_ in itertools.count():
         for event in fleet_events(agents=agents, runs_per_agent=2, loop_share=loop_share,
-                                  run_length=run_length, seed=seed + round_, breaker_agent=breaker_agent):
+                                  run_length=run_length, seed=seed + round_, breaker_agent=breaker_agent,
+                                  usage=usage):
             event["run_id"] = f"{prefix}{event['run_id']}.{round_}"
             if gate_every and event["type"] == "tool_call":
                 calls += 1
@@ -230,6 +234,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop")
     p.add_argument("--gate-every", type=int, default=0, help="every Nth tool_call sets await_decision (0 = none)")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--usage", default=True, action=argparse.BooleanOptionalAction,
+                   help="tool calls carry usage (tokens, cost) so loop cost shows on the dashboard")
     p.add_argument("--outage", type=int, default=0, metavar="AGENTS",
                    help="fleet-incident scenario: this many agents hit one failing tool every round (0 = off)")
     p.add_argument("--heartbeat", type=int, default=0, metavar="SESSIONS",
@@ -244,7 +250,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     bootstrap = ",".join(servers(args.broker))
-    events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every)
+    events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every,
+                           usage=getattr(args, "usage", True))
     events = with_scenarios(events, outage=getattr(args, "outage", 0), heartbeat=getattr(args, "heartbeat", 0),
                             seed=args.seed)
     duration = args.duration or None

@@ -31,13 +31,26 @@ def _result(text: str, **details) -> dict:
     return {"content": [{"type": "text", "text": text}], "details": details}
 
 
+# Prices per token of the simulated model (input, output), for usage.cost.
+_PRICE = (3e-6, 15e-6)
+
+
+def _usage(rng: random.Random, n: int) -> dict:
+    """What the model spent producing call ``n`` of a run: the context grows as the run goes on."""
+    inp = 1200 + 350 * n + rng.randrange(0, 400)
+    out = rng.randrange(30, 400)
+    return {"input_tokens": inp, "output_tokens": out, "cost": round(inp * _PRICE[0] + out * _PRICE[1], 6)}
+
+
 class RunScript:
     """The events of one run, in order: (tool_call, tool_result) pairs and extras."""
 
-    def __init__(self, agent: str, session: str, run: str, kind: str, rng: random.Random, length: int):
+    def __init__(self, agent: str, session: str, run: str, kind: str, rng: random.Random, length: int,
+                 usage: random.Random | None = None):
         self.base = {"agent_id": agent, "session_id": session, "run_id": run}
         self.kind = kind
         self.rng = rng
+        self.usage = usage  # its own generator: with or without usage, the events are otherwise the same
         self.length = length
         self.n = 0
 
@@ -45,6 +58,8 @@ class RunScript:
         self.n += 1
         call_id = f"{self.base['run_id']}-c{self.n}"
         call = {"type": "tool_call", **self.base, "tool_name": tool, "tool_call_id": call_id, "params": params}
+        if self.usage is not None:
+            call["usage"] = _usage(self.usage, self.n)
         done = {"type": "tool_result", **self.base, "tool_name": tool, "tool_call_id": call_id, "params": params}
         if error is not None:
             done["error"] = error
@@ -119,12 +134,14 @@ class RunScript:
 
 def fleet_events(
     *, agents: int = 50, runs_per_agent: int = 4, loop_share: float = 0.3, run_length: int = 40, seed: int = 7,
-    breaker_agent: str | None = None,
+    breaker_agent: str | None = None, usage: bool = False,
 ) -> Iterator[dict]:
     """Interleave the runs of a fleet: per-run order kept, runs mixed at random.
 
     ``breaker_agent`` adds one stuck-poll run of that agent (configure it with
     ``knownPollNoProgress: false``): the global circuit breaker's scenario.
+    ``usage``: tool calls carry ``usage`` (tokens and cost), drawn from a
+    generator of their own, so the same seed gives the same events otherwise.
     """
     rng = random.Random(seed)
     scripts = []
@@ -133,10 +150,13 @@ def fleet_events(
         session = f"agent:{agent}:main"
         for r in range(runs_per_agent):
             kind = rng.choice(LOOP_KINDS) if rng.random() < loop_share else "healthy"
-            scripts.append(RunScript(agent, session, f"{agent}-run{r}", kind, random.Random(rng.random()), run_length))
+            run = f"{agent}-run{r}"
+            scripts.append(RunScript(agent, session, run, kind, random.Random(rng.random()), run_length,
+                                     random.Random(f"{seed}:{run}") if usage else None))
     if breaker_agent is not None:
-        scripts.append(RunScript(breaker_agent, f"agent:{breaker_agent}:main", f"{breaker_agent}-run0", GLOBAL_BREAKER,
-                                 random.Random(seed), run_length))
+        run = f"{breaker_agent}-run0"
+        scripts.append(RunScript(breaker_agent, f"agent:{breaker_agent}:main", run, GLOBAL_BREAKER,
+                                 random.Random(seed), run_length, random.Random(f"{seed}:{run}") if usage else None))
     live = [s.events() for s in scripts]
     while live:
         i = rng.randrange(len(live))

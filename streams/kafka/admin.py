@@ -1,8 +1,8 @@
 """Topic administration: the worker's topics, created when missing.
 
-The events, control and dead-letter topics get the configured partition
-count; the config topic is compacted with one partition (every worker reads
-all of it); the dead-letter topic's ``max.message.bytes`` fits a dead letter
+The events, control, shadow and dead-letter topics get the configured
+partition count; the config topic is compacted with one partition (every
+worker reads all of it); the dead-letter topic's ``max.message.bytes`` fits a dead letter
 of the largest event record (base64 of the bytes plus the JSON around it).
 On an existing cluster an operator creates them the same way (README,
 "Operations").
@@ -16,7 +16,7 @@ from streams.kafka.connection import kafka_auth
 
 
 async def ensure_topics(settings: Any) -> list[str]:
-    """Create the four topics of schemas/WIRE.md when missing (config topic compacted); returns those created."""
+    """Create the topics of schemas/WIRE.md when missing (config topic compacted); returns those created."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
@@ -24,6 +24,7 @@ async def ensure_topics(settings: Any) -> list[str]:
     wanted = {
         s.events_topic: (s.partitions, {}),
         s.control_topic: (s.partitions, {}),
+        s.shadow_topic: (s.partitions, {}),
         s.config_topic: (1, {"cleanup.policy": "compact"}),
         s.dead_letter_topic: (s.partitions, {"max.message.bytes": str(s.dead_letter_max_bytes)}),
         s.incidents_topic: (s.partitions, {}),

@@ -46,6 +46,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """The settings the pure batch step depends on."""
 
     control_topic: str = "agent.loop-control"
+    shadow_topic: str = "agent.loop-shadow"  # shadowed detections (loopwarden.shadow): recorded, not enforced
     dead_letter_topic: str = "loopwarden.dead-letter"
     max_event_bytes: int = 1_048_576
     max_depth: int = 64
@@ -67,8 +68,10 @@ class Counts(msgspec.Struct, kw_only=True):
 
     types: Counter = msgspec.field(default_factory=Counter)
     dead: Counter = msgspec.field(default_factory=Counter)
-    detections: Counter = msgspec.field(default_factory=Counter)  # (detector, level, tool label)
-    verdicts: Counter = msgspec.field(default_factory=Counter)  # (action, detector)
+    detections: Counter = msgspec.field(default_factory=Counter)  # (detector, level, tool label, mode)
+    verdicts: Counter = msgspec.field(default_factory=Counter)  # (action, detector, mode)
+    loop_tokens: Counter = msgspec.field(default_factory=Counter)  # (detector, tool label, mode) -> tokens
+    loop_cost: Counter = msgspec.field(default_factory=Counter)  # likewise, for charges that carry a cost
     misrouted: int = 0
     duplicates: int = 0
     guard_arms: int = 0
@@ -108,7 +111,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
         session_id=event.session_id, level=det.level, detector=det.detector, count=det.count,
         message=det.message, warning_key=det.warning_key, tool_name=det.tool_name,
         paired_tool_name=det.paired_tool_name, tool_call_id=getattr(event, "tool_call_id", None),
-        event_ts=event.ts, ts=now,
+        event_ts=event.ts, ts=now, shadow=det.shadow, loop_tokens=det.loop_tokens, loop_cost=det.loop_cost,
     )
 
 
@@ -122,8 +125,11 @@ def violation_for(found: enforcement.Violation, event: Any, violation_id: str, n
 
 def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violation | None", state: Any,
              published: list, source: str, rkey: bytes, now: float, fleet: FleetConfig, limits: Limits,
-             counts: Counts, outgoing: list) -> int:
-    """Acks, deadlines, violations and escalation for one applied event; returns verdicts added."""
+             counts: Counts, outgoing: list, index: int) -> int:
+    """Acks, deadlines, violations and escalation for one applied event; returns verdicts added.
+
+    ``published`` are the event's enforced verdicts; ``index`` numbers the next verdict id of the event.
+    """
     if isinstance(event, VerdictAck):
         counts.acks[event.outcome] += 1
         latency = enforcement.acked(state, event.verdict_id, now)
@@ -141,7 +147,6 @@ def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violatio
                                  encode_verdict(violation_for(found, event, f"{source}:violation", now)), source))
     if not published and found is None and (state is None or state.enforcement is None):
         return 0  # nothing to note: runs without verdicts pay nothing more
-    index = len(published)
 
     def next_id() -> str:
         nonlocal index
@@ -151,7 +156,7 @@ def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violatio
     extra = enforcement.after_step(state, event, found, published, next_id, now,
                                    fleet.extensions(event.agent_id).escalation)
     for verdict_id, det in extra:
-        counts.verdicts[(det.action, det.detector)] += 1
+        counts.verdicts[(det.action, det.detector, "enforce")] += 1
         outgoing.append(Outgoing(limits.control_topic, rkey, encode_verdict(verdict_for(det, event, verdict_id, now)),
                                  source, event.ts))
     return len(extra)
@@ -191,7 +196,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
     writes: dict[tuple[int, bytes], RunValue | None] = {}
     positions: dict[int, int] = {}
-    control = limits.control_topic
+    control, shadow_topic = limits.control_topic, limits.shadow_topic
 
     for msg in records:
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
@@ -238,6 +243,12 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             continue
         if result.guard_armed:
             counts.guard_arms += 1
+        charge = result.charge
+        if charge is not None:  # set also on steps without detections (calls to a blocked signature)
+            labels = (charge.detector, tool_label(charge.tool_name), "shadow" if charge.shadow else "enforce")
+            counts.loop_tokens[labels] += charge.tokens
+            if charge.cost is not None:
+                counts.loop_cost[labels] += charge.cost
         gated = isinstance(event, ToolCall) and event.await_decision
         extra = after_step(state_in, event, result) if after_step is not None else ()
         watched = (found is not None or isinstance(event, VerdictAck)  # acks, obedience (enforcement)
@@ -247,23 +258,27 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
         for topic_, key_, value_ in extra:
             outgoing.append(Outgoing(topic_, key_, value_, source))
-        index = 0
-        published: list[tuple[str, Detection]] = []
+        index = 0  # verdict ids are numbered per event across both topics, so they never collide
+        published: list[tuple[str, Detection]] = []  # enforced: acks, obedience and escalation follow them
         for det in result.detections:
-            counts.detections[(det.detector, det.level, tool_label(det.tool_name))] += 1
+            mode = "shadow" if det.shadow else "enforce"
+            counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
             if not det.emitted:
+                continue
+            verdict = verdict_for(det, event, f"{source}:{index}", now)
+            index += 1
+            counts.verdicts[(det.action, det.detector, mode)] += 1
+            if det.shadow:  # the run goes on as without loopwarden: nothing on the control topic
+                outgoing.append(Outgoing(shadow_topic, rkey, encode_verdict(verdict), source, event.ts))
                 continue
             if det.detector == "compaction_loop_persisted":
                 counts.guard_aborts += 1
-            verdict = verdict_for(det, event, f"{source}:{index}", now)
-            index += 1
-            counts.verdicts[(det.action, det.detector)] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
             published.append((verdict.verdict_id, det))
-        index += _enforce(event, value, found, result.state, published, source, rkey, now, fleet, limits, counts,
-                          outgoing)
-        if index == 0 and gated:
-            counts.verdicts[("allow", "none")] += 1
-            outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:0", now)),
+        enforced = len(published) + _enforce(event, value, found, result.state, published, source, rkey, now,
+                                             fleet, limits, counts, outgoing, index)
+        if enforced == 0 and gated:  # shadowed detections only: the runner is answered as if none fired
+            counts.verdicts[("allow", "none", "enforce")] += 1
+            outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)),
                                      source, event.ts))
     return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts)

@@ -157,7 +157,7 @@ class FleetRuntime:
                                               _verdict_encoder.encode(_stamped(verdict))))
         await asyncio.gather(*deliveries)  # delivered before the session state that warned is written
         for _ in verdicts:
-            self.metrics.verdicts.labels("warn", "cross_run_repeat").inc()
+            self.metrics.verdicts.labels("warn", "cross_run_repeat", "enforce").inc()
         await self.sessions.write([(partition, key, crossrun.encode_state(st))])
 
     async def sweep(self, owned: set[int]) -> None:

@@ -1,7 +1,7 @@
 """Prometheus metrics of one worker (names are a contract with deploy/ dashboards and alerts).
 
-Labels stay bounded: event type, detector, level, action, reason, topic and
-partition; tool names are capped to a configured set (else ``other``);
+Labels stay bounded: event type, detector, level, action, mode, reason, topic
+and partition; tool names are capped to a configured set (else ``other``);
 never a run, session or agent id. Each worker owns a registry, so several
 apps in one process (tests) do not collide.
 """
@@ -23,10 +23,18 @@ class Metrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.tool_labels = tool_labels
         self.events = Counter("loopwarden_events", "Events decoded, by type", ["type"], registry=r)
+        # mode: "shadow" (loopwarden.shadow: recorded on the shadow topic, not enforced) or "enforce"
         self.detections = Counter("loopwarden_detections", "Detections (emitted or not)",
-                                  ["detector", "level", "tool"], registry=r)
-        self.verdicts = Counter("loopwarden_verdicts", "Verdicts published on the control topic",
-                                ["action", "detector"], registry=r)
+                                  ["detector", "level", "tool", "mode"], registry=r)
+        self.verdicts = Counter("loopwarden_verdicts",
+                                "Verdicts published: on the control topic, or the shadow topic (mode=shadow)",
+                                ["action", "detector", "mode"], registry=r)
+        self.loop_tokens = Counter("loopwarden_loop_tokens",
+                                   "Tokens spent on calls charged to loops (the calls of a detection's streak, "
+                                   "calls to a blocked signature), from the events' usage",
+                                   ["detector", "tool", "mode"], registry=r)
+        self.loop_cost = Counter("loopwarden_loop_cost", "Cost of the calls charged to loops (usage.cost)",
+                                 ["detector", "tool", "mode"], registry=r)
         self.dead_letters = Counter("loopwarden_dead_letters", "Messages sent to the dead-letter topic",
                                     ["reason"], registry=r)
         self.misrouted = Counter("loopwarden_misrouted_events",

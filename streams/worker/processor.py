@@ -40,7 +40,8 @@ class RunProcessor:
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
         self.stepper = default_step  # hooks of the fleet extensions (streams.worker.fleet_agent)
         self.after_step: Any = None
-        self.limits = Limits(control_topic=settings.control_topic, dead_letter_topic=settings.dead_letter_topic,
+        self.limits = Limits(control_topic=settings.control_topic, shadow_topic=settings.shadow_topic,
+                             dead_letter_topic=settings.dead_letter_topic,
                              max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth,
                              ack_timeout=settings.ack_timeout)
         dead_topic = settings.dead_letter_topic
@@ -72,6 +73,10 @@ class RunProcessor:
             m.detections.labels(*labels).inc(n)
         for labels, n in c.verdicts.items():
             m.verdicts.labels(*labels).inc(n)
+        for labels, n in c.loop_tokens.items():
+            m.loop_tokens.labels(*labels).inc(n)
+        for labels, n in c.loop_cost.items():
+            m.loop_cost.labels(*labels).inc(n)
         if c.misrouted:
             m.misrouted.inc(c.misrouted)
         if c.duplicates:

@@ -28,6 +28,7 @@ class Settings(SecuritySettings, kw_only=True):
     app_id: str = "loopwarden"
     events_topic: str = "agent.events"
     control_topic: str = "agent.loop-control"
+    shadow_topic: str = "agent.loop-shadow"
     config_topic: str = "agent.loop-config"
     dead_letter_topic: str = "loopwarden.dead-letter"
     incidents_topic: str = "agent.loop-incidents"
@@ -93,6 +94,7 @@ HELP: dict[str, str] = {
     "app_id": "Faust app id = consumer group id; prefixes changelog topics",
     "events_topic": "input topic of agent events",
     "control_topic": "output topic of verdicts",
+    "shadow_topic": "topic of shadowed detections (loopwarden.shadow): verdicts with shadow true, never enforced",
     "config_topic": "compacted topic of live config overrides (key agent id or *)",
     "dead_letter_topic": "topic for events that do not decode",
     "incidents_topic": "topic of fleet incident records (loopwarden.incidents), key = incident id",

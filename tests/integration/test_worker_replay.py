@@ -83,7 +83,7 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
     m = worker.metrics()
     assert m["loopwarden_events_total"] == len(events)
     assert m["loopwarden_verdicts_total"] == len(by_id)
-    assert m['loopwarden_verdicts_total{action="allow",detector="none"}'] == len(allows)
+    assert m['loopwarden_verdicts_total{action="allow",detector="none",mode="enforce"}'] == len(allows)
     assert m["loopwarden_ready"] == 1
     for kind in disobeyed:
         assert m.get(f'loopwarden_verdict_violations_total{{kind="{kind}"}}', 0) == sum(

@@ -35,6 +35,10 @@ REQUIRED_PANELS = {
     "Unacknowledged verdicts": "loopwarden_verdicts_unacked_total",
     "Verdict violations by kind": "loopwarden_verdict_violations_total",
     "Acks by outcome": "loopwarden_verdict_acks_total",
+    "Detections: shadow vs enforce": "loopwarden_detections_total",
+    "Tokens burnt in loops per hour": "loopwarden_loop_tokens_total",
+    "Loop cost per hour": "loopwarden_loop_cost_total",
+    "Top tools by loop tokens": "loopwarden_loop_tokens_total",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -58,7 +58,7 @@ SIGNALS = {
     "LoopwardenWorkerDown": 'up{job="loopwarden"}',
     "LoopwardenWorkersAbsent": 'up{job="loopwarden"}',
     "LoopwardenWorkerNotReady": 'loopwarden_ready{job="loopwarden"}',
-    "LoopwardenLoopStorm": 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block"}[5m]))',
+    "LoopwardenLoopStorm": 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block", mode="enforce"}[5m]))',
     "LoopwardenCompactionAborts": 'sum(increase(loopwarden_guard_aborts_total{job="loopwarden"}[15m]))',
     "LoopwardenDeadLetterSpike": 'sum(rate(loopwarden_dead_letters_total{job="loopwarden"}[5m]))',
     "LoopwardenLatencySLOBreach": (
@@ -247,6 +247,7 @@ def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, 
            "--ack-share", str(ACK_SHARE), "--ack-failed", str(ACK_FAILED), "--control-topic", control,
            "--agents", "12", "--loop-share", "0.7", "--gate-every", "5", "--seed", "11",
            "--outage", "6", "--heartbeat", "2",  # fleet incidents and cross_run_repeat (the config enables them)
+           "--usage",  # tool calls carry tokens and cost: the loop-cost panels get data
            "--rate", str(SIM_RATE), "--count", str(SIM_COUNT), "--duration", str(LOAD_SECONDS + 60)]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=LOAD_SECONDS + 90)
     log.write_text(res.stdout + res.stderr)
@@ -409,7 +410,10 @@ def test_worker_metrics_match_what_prometheus_scraped(stack):
     assert scalar(prom, 'sum(loopwarden_verdict_ack_seconds_count{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_unacked_total{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdict_violations_total{job="loopwarden"})') > 0
-    assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="block"})') > 0
+    assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="block", mode="enforce"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_total{job="loopwarden", action="allow"})') > 0  # --gate-every
     assert scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') == stack["sent"]["garbage"]
+    tokens = scalar(prom, 'sum(loopwarden_loop_tokens_total{job="loopwarden"})')
+    assert tokens > 0 and tokens == local["loopwarden_loop_tokens_total"]
+    assert scalar(prom, 'sum(loopwarden_loop_cost_total{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_ready{job="loopwarden"})') == 1.0

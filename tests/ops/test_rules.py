@@ -67,7 +67,7 @@ def test_unit_tests_catch_a_changed_threshold(tmp_path, promtool):
     """The unit tests can fail: the loop-storm threshold raised to 5/s breaks the firing case."""
     shutil.copy(RULES_TEST, tmp_path / "rules_test.yml")
     text = RULES.read_text()
-    storm = 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block"}[5m])) > 1'
+    storm = 'sum(rate(loopwarden_verdicts_total{job="loopwarden", action="block", mode="enforce"}[5m])) > 1'
     assert storm in text
     (tmp_path / "rules.yml").write_text(text.replace(storm, storm[:-1] + "5"))
     res = run(promtool, "test", "rules", "rules_test.yml", cwd=tmp_path)
