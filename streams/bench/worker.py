@@ -188,7 +188,13 @@ def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
     return (n_hi - n_lo) / (t_hi - t_lo), (c_hi - c_lo) / (n_hi - n_lo)
 
 
-def _configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
+def versus(base: dict, other: dict) -> dict:
+    """Throughput and CPU per event of ``other`` as multiples of ``base``'s (both from this run)."""
+    return {"events_per_s": round(other["worker_events_per_s"] / base["worker_events_per_s"], 3),
+            "cpu_us_per_event": round(other["worker_cpu_us_per_event"] / base["worker_cpu_us_per_event"], 3)}
+
+
+def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
     """(label, document) of each config to measure; one ``None`` (the default) without options."""
     from schemas.config import read_config_document
 
@@ -203,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     extra = [a for a in args.worker_args if a != "--"]
     rates = (args.latency_rate,) if args.latency_rate else ("0.5",)
     results = []
-    for label, config in _configs(args):
+    for label, config in configs(args):
         result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config)
         result["config"] = label
         results.append(result)
@@ -218,9 +224,7 @@ def run(args: argparse.Namespace) -> int:
                   f"({lat.get('verdicts')} verdicts)")
     base = results[0]
     for other in results[1:]:
-        other["vs_first"] = {
-            "events_per_s": round(other["worker_events_per_s"] / base["worker_events_per_s"], 3),
-            "cpu_us_per_event": round(other["worker_cpu_us_per_event"] / base["worker_cpu_us_per_event"], 3)}
+        other["vs_first"] = versus(base, other)
         print(f"{other['config']} vs {base['config']}: throughput x{other['vs_first']['events_per_s']}, "
               f"CPU per event x{other['vs_first']['cpu_us_per_event']}")
     if args.json:
