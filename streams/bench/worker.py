@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as one JSON line too")
     p.add_argument("--config", action="append", default=[], metavar="FILE",
                    help="worker config file (repeatable: each is measured in turn, ratios to the first)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure the configs N times, interleaved (A B A B ...), and compare their medians")
     p.add_argument("--fleet", action="store_true",
                    help="measure the default config, then the same with the fleet extensions on, and their ratio")
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
@@ -205,28 +207,50 @@ def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
     return out or [("default", None)]
 
 
+def _print(result: dict, seconds: float) -> None:
+    print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
+    print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
+          f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
+    for lat in result["latency"]:
+        print(f"latency at {lat.get('rate')} events/s for {seconds:.0f}s: "
+              f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
+              f"({lat.get('verdicts')} verdicts)")
+
+
+def medians(runs: list[dict]) -> dict:
+    """The median drain rate and CPU per event of repeated runs of one config."""
+    import statistics
+
+    return {"worker_events_per_s": statistics.median(r["worker_events_per_s"] for r in runs),
+            "worker_cpu_us_per_event": statistics.median(r["worker_cpu_us_per_event"] for r in runs)}
+
+
 def run(args: argparse.Namespace) -> int:
     extra = [a for a in args.worker_args if a != "--"]
     rates = (args.latency_rate,) if args.latency_rate else ("0.5",)
-    results = []
-    for label, config in configs(args):
-        result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config)
-        result["config"] = label
-        results.append(result)
-        if len(results) > 1 or args.fleet or args.config:
-            print(f"config: {label}")
-        print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
-        print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
-              f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
-        for lat in result["latency"]:
-            print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
-                  f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
-                  f"({lat.get('verdicts')} verdicts)")
-    base = results[0]
-    for other in results[1:]:
-        other["vs_first"] = versus(base, other)
-        print(f"{other['config']} vs {base['config']}: throughput x{other['vs_first']['events_per_s']}, "
-              f"CPU per event x{other['vs_first']['cpu_us_per_event']}")
+    todo = configs(args)
+    labelled = len(todo) > 1 or args.fleet or args.config
+    runs: dict[str, list[dict]] = {label: [] for label, _ in todo}
+    # Interleaved, so that load from elsewhere on the machine falls on every config alike.
+    for round_ in range(max(1, args.repeat)):
+        for label, config in todo:
+            result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config)
+            result["config"] = label
+            runs[label].append(result)
+            if labelled:
+                print(f"config: {label}" + (f" (run {round_ + 1} of {args.repeat})" if args.repeat > 1 else ""))
+            _print(result, args.latency_seconds)
+    summary = {label: medians(rs) for label, rs in runs.items()}
+    base_label = todo[0][0]
+    for label, _ in todo[1:]:
+        summary[label]["vs_first"] = versus(summary[base_label], summary[label])
+        what = "medians of " if args.repeat > 1 else ""
+        print(f"{label} vs {base_label} ({what}{args.repeat} run{'s' if args.repeat > 1 else ''}): "
+              f"throughput x{summary[label]['vs_first']['events_per_s']}, "
+              f"CPU per event x{summary[label]['vs_first']['cpu_us_per_event']}")
     if args.json:
-        print(json.dumps(results[0] if len(results) == 1 else results))
+        if len(todo) == 1 and args.repeat == 1:
+            print(json.dumps(runs[base_label][0]))
+        else:
+            print(json.dumps({"runs": [r for rs in runs.values() for r in rs], "summary": summary}))
     return 0

@@ -38,3 +38,10 @@ def test_ratios_are_to_the_first_config():
     base = {"worker_events_per_s": 10_000, "worker_cpu_us_per_event": 60.0}
     other = {"worker_events_per_s": 5_000, "worker_cpu_us_per_event": 150.0}
     assert versus(base, other) == {"events_per_s": 0.5, "cpu_us_per_event": 2.5}
+
+
+def test_medians_of_repeated_runs():
+    from streams.bench.worker import medians
+
+    runs = [{"worker_events_per_s": v, "worker_cpu_us_per_event": c} for v, c in ((9, 70.0), (3, 200.0), (10, 60.0))]
+    assert medians(runs) == {"worker_events_per_s": 9, "worker_cpu_us_per_event": 70.0}
