@@ -173,8 +173,8 @@ class View:
         return [(d, counts, latest[1]) for d, (counts, latest) in sorted(rows.items())]
 
     def render(self, sent: int, final: bool = False):
-        from rich import box
         from rich.console import Group
+        from rich.markup import escape
         from rich.panel import Panel
         from rich.table import Table
         from rich.text import Text
@@ -199,7 +199,7 @@ class View:
         kinds = table(None)
         rows = self._by_detector()
         cells = [(detector, *(str(counts[a]) if a in counts else "" for a in ("warn", "block", "abort")),
-                  v.get("tool_name") or "", v.get("agent_id", "")) for detector, counts, v in rows]
+                  v.get("tool_name") or "", v.get("agent_id") or "") for detector, counts, v in rows]
         names = ("verdicts of detector", "warn", "block", "abort", "tool", "agent")
         widths = [max([len(name)] + [len(c[i]) for c in cells]) for i, name in enumerate(names)]
         # every column but the agent keeps its width; a long agent id is what gets elided on 80 columns
@@ -209,7 +209,7 @@ class View:
                              min_width=widths[i], max_width=widths[i])
         colors = {1: "yellow", 2: "red", 3: "bold magenta"}
         for c in cells:
-            kinds.add_row(*(f"[{colors[i]}]{x}[/]" if i in colors and x else x for i, x in enumerate(c)))
+            kinds.add_row(*(f"[{colors[i]}]{x}[/]" if i in colors and x else escape(x) for i, x in enumerate(c)))
         legend = Text("\n".join(LEGEND + tuple(f"config   {n}" for n in self.notes)), style="dim")
 
         # Rows: panel 5, verdicts' header 1 and a row per detector, incidents' title and header 2, the legend.
@@ -223,7 +223,7 @@ class View:
             incidents.add_column(name, justify=justify, no_wrap=True)
         now = time.time()
         for inc in shown:
-            incidents.add_row(f"[red]{inc.incident_id}[/]", inc.tool_name, str(inc.run_count), str(inc.agent_count),
+            incidents.add_row(f"[red]{escape(inc.incident_id)}[/]", escape(inc.tool_name), str(inc.run_count), str(inc.agent_count),
                               _ago(now - inc.first_seen))
         return Group(panel, kinds, incidents, legend)
 

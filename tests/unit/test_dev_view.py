@@ -16,7 +16,7 @@ KINDS = [("warn", "generic_repeat", "read"), ("warn", "known_poll_no_progress", 
          ("block", "ping_pong", "list"), ("block", "unknown_tool_repeat", "browser_navigate"),
          ("abort", "compaction_loop_persisted", "exec"), ("allow", None, "web_search"),
          ("warn", "cross_run_repeat", "memory_search"), ("block", "fleet_incident", "web_search")]
-AGENTS = ("agent-0001", "ops-poller", "heartbeat9-agent-000")  # the longest of a one-minute demo
+AGENTS = ("agent-0001", "ops-poller", "heartbeat9-agent-000", "[bot]")  # the longest id of a 1-min demo
 TOOLS = ("web_search", "read", "exec", "process", "list", "browser_navigate", "command_status")
 
 
@@ -43,7 +43,7 @@ def full_view(duration=60.0, incidents=7):
     for i in range(3000):
         action, detector, tool = KINDS[i % len(KINDS)]
         view.on_verdict({"action": action, "detector": detector, "level": "critical", "count": 1234,
-                         "tool_name": tool, "agent_id": AGENTS[i % 3],
+                         "tool_name": tool, "agent_id": AGENTS[i % len(AGENTS)],
                          "run_id": "agent-0001-run1.12", "event_ts": time.time() - 0.01})
     view.sample()
     return view
