@@ -181,7 +181,7 @@ def test_fleet_response_blocks_a_new_run_as_replay_predicts(tansu, names, worker
     head = stamped(new_run[:6])  # three failed calls: the run joins, the incident is updated
     positions += produce_events(tansu, names.events, head, ts=False)
     incident_records(tansu, names.incidents, lambda rs: any(r["run_count"] == 6 for r in rs))
-    time.sleep(2.0)  # the worker's board reads the update from the same topic
+    time.sleep(3.0)  # the worker's board reads the update from the same topic (a fetch wait of 200 ms)
     call = stamped(new_run[6:7])  # the fourth call
     positions += produce_events(tansu, names.events, call, ts=False)
 
