@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+# The same with the fleet extensions on (``--fleet``): what incidents and cross-run detection cost.
+FLEET_BENCH_CONFIG = {**BENCH_CONFIG, "loopwarden": {"incidents": {"enabled": True, "block": True},
+                                                     "crossRun": {"enabled": True}}}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-rate", type=float, default=None, help="events/s (default: 50%% of measured)")
     p.add_argument("--agents", type=int, default=200)
     p.add_argument("--json", action="store_true", help="print the result as one JSON line too")
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="worker config file (repeatable: each is measured in turn, ratios to the first)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="measure the configs N times, interleaved (A B A B ...), and compare their medians")
+    p.add_argument("--fleet", action="store_true",
+                   help="measure the default config, then the same with the fleet extensions on, and their ratio")
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
@@ -97,11 +106,12 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
 
 def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 20.0,
             latency_rates: tuple[float | str, ...] = ("0.5",), extra: list[str] | tuple[str, ...] = (),
-            on_worker_start: Any = None) -> dict:
+            on_worker_start: Any = None, config: dict | None = None) -> dict:
     """One broker, one worker: raw consume, backlog drain, then event->verdict at each rate.
 
     A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
     ``on_worker_start(pid)`` is called once the worker process runs (e.g. to attach a profiler).
+    ``config``: the worker's config document (default :data:`BENCH_CONFIG`).
     """
     import shutil
 
@@ -112,7 +122,7 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
     from streams.worker.settings import from_sources
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
-    (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG))
+    (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG if config is None else config))
     result: dict = {"events": events}
     try:
         with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
@@ -180,17 +190,67 @@ def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
     return (n_hi - n_lo) / (t_hi - t_lo), (c_hi - c_lo) / (n_hi - n_lo)
 
 
-def run(args: argparse.Namespace) -> int:
-    extra = [a for a in args.worker_args if a != "--"]
-    rates = (args.latency_rate,) if args.latency_rate else ("0.5",)
-    result = measure(args.events, args.agents, args.latency_seconds, rates, extra)
+def versus(base: dict, other: dict) -> dict:
+    """Throughput and CPU per event of ``other`` as multiples of ``base``'s (both from this run)."""
+    return {"events_per_s": round(other["worker_events_per_s"] / base["worker_events_per_s"], 3),
+            "cpu_us_per_event": round(other["worker_cpu_us_per_event"] / base["worker_cpu_us_per_event"], 3)}
+
+
+def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
+    """(label, document) of each config to measure; one ``None`` (the default) without options."""
+    from schemas.config import read_config_document
+
+    out: list[tuple[str, dict | None]] = []
+    if args.fleet:
+        out += [("default", BENCH_CONFIG), ("fleet extensions", FLEET_BENCH_CONFIG)]
+    out += [(path, read_config_document(path)) for path in args.config]
+    return out or [("default", None)]
+
+
+def _print(result: dict, seconds: float) -> None:
     print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
     print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
           f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
     for lat in result["latency"]:
-        print(f"latency at {lat.get('rate')} events/s for {args.latency_seconds:.0f}s: "
+        print(f"latency at {lat.get('rate')} events/s for {seconds:.0f}s: "
               f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
               f"({lat.get('verdicts')} verdicts)")
+
+
+def medians(runs: list[dict]) -> dict:
+    """The median drain rate and CPU per event of repeated runs of one config."""
+    import statistics
+
+    return {"worker_events_per_s": statistics.median(r["worker_events_per_s"] for r in runs),
+            "worker_cpu_us_per_event": statistics.median(r["worker_cpu_us_per_event"] for r in runs)}
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = [a for a in args.worker_args if a != "--"]
+    rates = (args.latency_rate,) if args.latency_rate else ("0.5",)
+    todo = configs(args)
+    labelled = len(todo) > 1 or args.fleet or args.config
+    runs: dict[str, list[dict]] = {label: [] for label, _ in todo}
+    # Interleaved, so that load from elsewhere on the machine falls on every config alike.
+    for round_ in range(max(1, args.repeat)):
+        for label, config in todo:
+            result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config)
+            result["config"] = label
+            runs[label].append(result)
+            if labelled:
+                print(f"config: {label}" + (f" (run {round_ + 1} of {args.repeat})" if args.repeat > 1 else ""))
+            _print(result, args.latency_seconds)
+    summary = {label: medians(rs) for label, rs in runs.items()}
+    base_label = todo[0][0]
+    for label, _ in todo[1:]:
+        summary[label]["vs_first"] = versus(summary[base_label], summary[label])
+        what = "medians of " if args.repeat > 1 else ""
+        print(f"{label} vs {base_label} ({what}{args.repeat} run{'s' if args.repeat > 1 else ''}): "
+              f"throughput x{summary[label]['vs_first']['events_per_s']}, "
+              f"CPU per event x{summary[label]['vs_first']['cpu_us_per_event']}")
     if args.json:
-        print(json.dumps(result))
+        if len(todo) == 1 and args.repeat == 1:
+            print(json.dumps(runs[base_label][0]))
+        else:
+            print(json.dumps({"runs": [r for rs in runs.values() for r in rs], "summary": summary}))
     return 0

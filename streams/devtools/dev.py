@@ -1,9 +1,10 @@
 """``loopwarden dev``: the whole thing on one machine, with a live terminal view.
 
 Starts the embedded Tansu broker, one worker (subprocess, temp data dir,
-loop detection enabled), the fleet simulator, and a rich view of verdicts
-and rates read from the control topic and the worker's ``/metrics``.
-Everything stops after ``--duration`` seconds (or Ctrl-C).
+loop detection and the fleet extensions enabled), the fleet simulator with
+its outage and heartbeat scenarios, and a rich view of verdicts, open
+incidents and rates read from the control and incidents topics and the
+worker's ``/metrics``. Everything stops after ``--duration`` seconds (or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -27,14 +28,20 @@ DEV_CONFIG = {
         # its stuck poll is not caught by known_poll_no_progress, so the global circuit breaker stops it at 30
         {"id": BREAKER_AGENT, "tools": {"loopDetection": {"detectors": {"knownPollNoProgress": False}}}},
     ]},
+    # the fleet extensions with their defaults: incidents (the outage scenario, and loops many agents share)
+    # and cross_run_repeat (the heartbeat scenario); no fleet block, so every run still meets its own rules
+    "loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}},
 }
+SCENARIO_EVERY = 2000  # regular events between two rounds of the outage and heartbeat scenarios
+SCREEN_ROWS, SCREEN_COLUMNS = 24, 80  # the view fits an 80×24 terminal: open incidents get the rows left
+PANEL_ROWS = 6  # the status panel: four lines and its two borders
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not a terminal
 
 # What the screen shows; the README's first screen says the same.
 LEGEND = (
-    "action   warn: a note to the model · block: call refused · abort: run stopped",
-    "         allow: a gated call may go ahead · detector: the rule that fired",
-    "n        verdicts so far · count: identical calls before it (warn 10, block 20)",
+    "warn     a note to the model · block: call refused · abort: run stopped",
+    "allow    a gated call may go on · tool, agent: of the detector's latest verdict",
+    "incident runs of 2+ agents getting one outcome from one tool; since: opened",
 )
 KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}
 
@@ -46,6 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--agents", type=int, default=40)
     p.add_argument("--rate", type=float, default=300.0, help="simulated events per second")
     p.add_argument("--loop-share", type=float, default=0.35)
+    p.add_argument("--outage", type=int, default=4, metavar="AGENTS",
+                   help="agents of the outage scenario (one failing tool), per round (0 = off)")
+    p.add_argument("--heartbeat", type=int, default=2, metavar="SESSIONS",
+                   help="sessions of the heartbeat scenario (repeating scheduled runs), per round (0 = off)")
     p.add_argument("--port", type=int, default=0, help="worker HTTP port (0 = a free one)")
     p.add_argument("--broker", default=None, help="use this Kafka instead of the embedded Tansu")
     p.add_argument("--config", default=None, help="loop-detection config file (default: a demo config)")
@@ -97,15 +108,23 @@ class View:
         self.rates: dict[str, float] = {}
         self._last: tuple[float, dict[str, float]] | None = None
         self.latencies: collections.deque = collections.deque(maxlen=2000)
+        from streams.fleet.response import IncidentBoard
+
+        self.incidents = IncidentBoard()  # open incidents, from the incidents topic
+
+    def on_incident(self, raw: bytes) -> None:
+        from schemas.fleet import decode_incident
+
+        self.incidents.apply(decode_incident(raw))
 
     def on_verdict(self, verdict: dict) -> None:
-        if verdict.get("type", "verdict") != "verdict":
-            return  # verdict_violation records share the control topic
+        if verdict.get("type", "verdict") != "verdict":  # verdict_violation records share the topic
+            return
         self.verdicts += 1
         kind = (verdict["action"], verdict.get("detector") or "-")
         self.by_kind[kind] += 1
         self.by_action[verdict["action"]] += 1
-        self.latest[kind] = verdict
+        self.latest[kind] = (self.verdicts, verdict)
         if verdict.get("event_ts"):
             self.latencies.append(time.time() - verdict["event_ts"])
 
@@ -138,11 +157,25 @@ class View:
     def progress_line(self, sent: int, final: bool = False) -> str:
         m = self.metrics
         return (f"[{self._elapsed(final)}] sent {sent}, processed {m.get('loopwarden_events_total', 0):.0f} "
-                f"({self._rate('loopwarden_events_total', final)}), verdicts {self.verdicts}: {self._actions()}")
+                f"({self._rate('loopwarden_events_total', final)}), {self._actions()}; "
+                f"open incidents {len(self.incidents.open_incidents())}")
+
+    def _by_detector(self) -> list[tuple[str, dict[str, int], dict]]:
+        """(detector, verdicts per action, latest verdict) per detector; allows (no detector) are counted above."""
+        rows: dict[str, tuple[dict[str, int], tuple[int, dict]]] = {}
+        for (action, detector), n in self.by_kind.items():
+            if action == "allow":
+                continue
+            counts, latest = rows.setdefault(detector, ({}, (-1, {})))
+            counts[action] = n
+            seq, verdict = self.latest[(action, detector)]
+            if seq > latest[0]:
+                rows[detector] = (counts, (seq, verdict))
+        return [(d, counts, latest[1]) for d, (counts, latest) in sorted(rows.items())]
 
     def render(self, sent: int, final: bool = False):
-        from rich import box
         from rich.console import Group
+        from rich.markup import escape
         from rich.panel import Panel
         from rich.table import Table
         from rich.text import Text
@@ -157,28 +190,55 @@ class View:
             f"verdicts {self.verdicts}: {self._actions()}\n"
             f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
             f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
-            f"tokens in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}"
-            f"  [dim]worker metrics: http://127.0.0.1:{self.port}/metrics[/dim]")
-        kinds = Table(title="verdicts so far by kind; count, tool and agent of the latest", box=box.SIMPLE_HEAD,
-                      padding=(0, 1), title_justify="left", pad_edge=False, show_edge=False)
-        for name, justify in (("action", "left"), ("detector", "left"), ("n", "right"), ("count", "right"),
-                              ("tool", "left"), ("agent", "left")):
-            kinds.add_column(name, justify=justify, no_wrap=True)
-        colors = {"warn": "yellow", "block": "red", "abort": "bold magenta", "allow": "green"}
-        for kind in sorted(self.by_kind, key=lambda k: (KINDS_ORDER.get(k[0], 9), k[1])):
-            v = self.latest[kind]
-            kinds.add_row(f"[{colors.get(kind[0], 'white')}]{kind[0]}[/]", kind[1], str(self.by_kind[kind]),
-                          str(v.get("count") or "") if kind[0] != "allow" else "", v.get("tool_name") or "",
-                          v.get("agent_id", ""))
+            f"tokens burnt in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}")
+        panel = Panel(head, title=f"loopwarden dev — broker {self.bootstrap}", title_align="left",
+                      subtitle=f"worker metrics: http://127.0.0.1:{self.port}/metrics", subtitle_align="right")
+
+        def table(title: str | None) -> Table:  # no rules, one space between columns: rows go to content
+            return Table(title=title, box=None, padding=(0, 1, 0, 0), title_justify="left", pad_edge=False,
+                         header_style="bold")
+
+        kinds = table(None)
+        rows = self._by_detector()
+        cells = [(detector, *(str(counts[a]) if a in counts else "" for a in ("warn", "block", "abort")),
+                  v.get("tool_name") or "", v.get("agent_id") or "") for detector, counts, v in rows]
+        names = ("verdicts of detector", "warn", "block", "abort", "tool", "agent")
+        widths = [max([len(name)] + [len(c[i]) for c in cells]) for i, name in enumerate(names)]
+        # every column but the agent keeps its width; a long agent id is what gets elided on 80 columns
+        widths[-1] = min(widths[-1], max(10, SCREEN_COLUMNS - sum(widths[:-1]) - len(names) + 1))
+        for i, name in enumerate(names):
+            kinds.add_column(name, justify="right" if 0 < i < 4 else "left", no_wrap=True, overflow="ellipsis",
+                             min_width=widths[i], max_width=widths[i])
+        colors = {1: "yellow", 2: "red", 3: "bold magenta"}
+        for c in cells:
+            kinds.add_row(*(f"[{colors[i]}]{x}[/]" if i in colors and x else escape(x) for i, x in enumerate(c)))
         legend = Text("\n".join(LEGEND + tuple(f"config   {n}" for n in self.notes)), style="dim")
-        return Group(Panel(head, title=f"loopwarden dev — broker {self.bootstrap}", title_align="left"),
-                     kinds, legend)
+
+        # Rows: panel 5, verdicts' header 1 and a row per detector, incidents' title and header 2, the legend.
+        open_ = sorted(self.incidents.open_incidents(), key=lambda i: (-i.run_count, i.first_seen))
+        room = max(1, SCREEN_ROWS - PANEL_ROWS - 1 - len(rows) - 2 - len(LEGEND) - len(self.notes))
+        shown = open_ if len(open_) <= room else open_[:room]
+        more = f", the {len(shown)} with most runs" if len(shown) < len(open_) else ""
+        incidents = table(f"open incidents: {len(open_)}{more}")
+        for name, justify in (("incident", "left"), ("tool", "left"), ("runs", "right"), ("agents", "right"),
+                              ("since", "right")):
+            incidents.add_column(name, justify=justify, no_wrap=True)
+        now = time.time()
+        for inc in shown:
+            incidents.add_row(f"[red]{escape(inc.incident_id)}[/]", escape(inc.tool_name), str(inc.run_count), str(inc.agent_count),
+                              _ago(now - inc.first_seen))
+        return Group(panel, kinds, incidents, legend)
 
 
-async def _watch(bootstrap: str, topic: str, view: View, stop: asyncio.Event) -> None:
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds}s" if seconds < 100 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+async def _watch(bootstrap: str, topic: str, handle: Any, stop: asyncio.Event, reset: str = "latest") -> None:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest",
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset=reset,
                                 fetch_max_wait_ms=20, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -186,7 +246,7 @@ async def _watch(bootstrap: str, topic: str, view: View, stop: asyncio.Event) ->
             batch = await consumer.getmany(timeout_ms=100)
             for records in batch.values():
                 for r in records:
-                    view.on_verdict(json.loads(r.value))
+                    handle(r.value)
     finally:
         await consumer.stop()
 
@@ -195,7 +255,7 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     from rich.console import Console
     from rich.live import Live
 
-    from streams.devtools.simulate import SimStats, endless_fleet, publish
+    from streams.devtools.simulate import SimStats, endless_fleet, publish, with_scenarios
 
     console = Console()
     tty = console.is_terminal
@@ -210,10 +270,15 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     view = View(args.duration, worker, bootstrap, notes)
     stats = SimStats()
     stop = asyncio.Event()
-    watcher = asyncio.create_task(_watch(bootstrap, "agent.loop-control", view, stop))
-    await asyncio.sleep(0.5)  # let the watcher subscribe before the first verdicts
-    events = endless_fleet(args.agents, args.loop_share, seed=int(time.time()) % 10_000, gate_every=5,
-                           breaker_agent=BREAKER_AGENT, usage=True)
+    watchers = [asyncio.create_task(_watch(bootstrap, "agent.loop-control", lambda raw: view.on_verdict(json.loads(raw)),
+                                           stop)),
+                # all of the incidents topic: an incident opened before the demo started is open still
+                asyncio.create_task(_watch(bootstrap, "agent.loop-incidents", view.on_incident, stop, "earliest"))]
+    await asyncio.sleep(0.5)  # let the watchers subscribe before the first verdicts
+    seed = int(time.time()) % 10_000
+    events = with_scenarios(endless_fleet(args.agents, args.loop_share, seed=seed, gate_every=5,
+                                          breaker_agent=BREAKER_AGENT, usage=True),
+                            outage=args.outage, heartbeat=args.heartbeat, every=SCENARIO_EVERY, seed=seed)
     sim = asyncio.create_task(publish(bootstrap, "agent.events", events, args.rate, args.duration or None, stats))
     if tty:
         with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
@@ -238,7 +303,7 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
         print(view.progress_line(stats.sent, final=True), flush=True)
         console.print(view.render(stats.sent, final=True))
     stop.set()
-    await watcher
+    await asyncio.gather(*watchers)
     sim.result()
     print(f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
           f"{view.metrics.get('loopwarden_events_total', 0):.0f} events", flush=True)

@@ -99,12 +99,15 @@ def apply_join(st: SignatureState | None, signal: JoinSignal, cfg: Incidents) ->
     st.last_seen = recent[-1].ts
     agents = {j.agent_id for j in recent}
     if len(recent) >= cfg.min_runs and len(agents) >= cfg.min_agents:
-        st.incident_id = incident_id(st.signature, signal.ts)
+        # Opened at the newest join's ts, not at the arriving one's: the runs' signals come from several
+        # partitions in any order, and the same joins must open the same incident as replay's (one order).
+        opened = recent[-1].ts
+        st.incident_id = incident_id(st.signature, opened)
         st.first_seen = recent[0].ts
         for j in recent:
             _track(st, j)
         st.recent = []
-        out.append(_record(st, "open", signal.ts))
+        out.append(_record(st, "open", opened))
     return st, out
 
 

@@ -22,7 +22,10 @@ def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path
     progress = [line for line in out.splitlines() if re.match(r"\[\s*\d+s / 11s\] sent \d+", line)]
     assert len(progress) >= 2, out  # a line every 5 s while it runs, not just one frame at the end
     assert "done: 11s" in out and "avg" in out  # the last frame says it finished
-    assert "verdicts so far by kind" in out and "action   warn: a note to the model" in out
+    assert "verdicts of detector" in out and "warn     a note to the model" in out
+    # the outage scenario (and loops shared by many agents) open incidents; the view lists them
+    assert re.search(r"^inc-[0-9a-f]{20} ", out, re.M), out
+    assert re.search(r"open incidents [1-9]", out) and re.search(r"open incidents: [1-9]", out), out
     summary = [line for line in out.splitlines() if line.startswith("sent ")][-1]
     sent = int(summary.split()[1])
     processed = int(summary.rsplit(" ", 2)[-2])

@@ -18,7 +18,9 @@ from schemas.events import decode_event
 from streams.detection import step
 from streams.fleet.joins import run_signals
 
-from .support import collect, produce_events
+from streams.replay import replay_lines
+
+from .support import assert_matches, collect, decode_verdicts, produce_events
 
 PARTITIONS = 4
 DOC = {"loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2, "window": 600}}}
@@ -146,3 +148,57 @@ def test_cross_run_repeat_warns_across_partitions(tansu, names, workers, tmp_pat
     warned = sorted((json.loads(r.value)["run_id"], r.key.decode()) for r in records
                     if json.loads(r.value).get("detector") == "cross_run_repeat")
     assert warned == [("beat-2", "beat-2"), ("beat-3", "beat-3")]
+
+
+BLOCK_DOC = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3, "minRuns": 5,
+                                          "minAgents": 2}}}
+
+
+def stamped(events: list[dict]) -> list[dict]:
+    return [{**e, "ts": time.time()} for e in events]
+
+
+def test_fleet_response_blocks_a_new_run_as_replay_predicts(tansu, names, workers, tmp_path):
+    """While an incident is open, a new run's call after ``blockAfter`` matching outcomes is blocked.
+
+    Each worker's board is fed from the incidents topic, asynchronously; replay puts a record on the
+    board at once. The new run's own join publishes an ``update`` (its run count goes into the
+    block's message), so the test sends the blocked call once that update is on the topic; sent
+    at once, the worker could still name the open record's counts (5 runs instead of 6): the same
+    incident id and the same block, but a different message than replay's.
+    """
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps(BLOCK_DOC))
+    worker = workers(names, "solo", config=config)
+    worker.wait_ready()
+    error = "503 search backend unreachable"
+    first = stamped([e for i in range(5) for e in failing_run(f"run-{i}", f"agent-{i % 3}", error)])
+    positions = produce_events(tansu, names.events, first, ts=False)
+    records = incident_records(tansu, names.incidents, lambda rs: len(opened(rs)) == 1)
+    (incident,) = opened(records)
+
+    new_run = failing_run("run-new", "agent-9", error, calls=4)
+    head = stamped(new_run[:6])  # three failed calls: the run joins, the incident is updated
+    positions += produce_events(tansu, names.events, head, ts=False)
+    incident_records(tansu, names.incidents, lambda rs: any(r["run_count"] == 6 for r in rs))
+    time.sleep(3.0)  # the worker's board reads the update from the same topic (a fetch wait of 200 ms)
+    call = stamped(new_run[6:7])  # the fourth call
+    positions += produce_events(tansu, names.events, call, ts=False)
+
+    verdicts = [v for _k, v in decode_verdicts(collect(tansu, names.control, until=lambda rs: any(
+        json.loads(r.value).get("detector") == "fleet_incident" for r in rs), timeout=60))]
+    blocks = [v for v in verdicts if v.get("detector") == "fleet_incident"]
+    assert len(blocks) == 1, verdicts
+    block = blocks[0]
+    assert block["action"] == "block" and block["run_id"] == "run-new" and incident in block["message"], block
+
+    trace = first + head + call
+    rows = [r for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC),
+                                    incidents=True) if isinstance(r, dict) and "type" not in r and r["emitted"]]
+    assert [r["detector"] for r in rows] == ["fleet_incident"], rows
+    assert_matches(block, rows[0])
+    partition, offset = positions[rows[0]["event_index"]]
+    assert block["verdict_id"] == f"{names.events}:{partition}:{offset}:0"
+    replayed = [r for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC),
+                                        incidents=True) if isinstance(r, dict) and r.get("type") == "incident"]
+    assert [r["incident_id"] for r in replayed if r["state"] == "open"] == [incident]

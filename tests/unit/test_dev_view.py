@@ -7,13 +7,17 @@ import time
 
 import pytest
 
+from schemas.fleet import Incident, encode
 from streams.devtools.dev import DEV_CONFIG, LEGEND, View, config_notes
 
 KINDS = [("warn", "generic_repeat", "read"), ("warn", "known_poll_no_progress", "process"),
          ("warn", "ping_pong", "list"), ("block", "generic_repeat", "read"),
          ("block", "global_circuit_breaker", "command_status"), ("block", "known_poll_no_progress", "process"),
          ("block", "ping_pong", "list"), ("block", "unknown_tool_repeat", "browser_navigate"),
-         ("abort", "compaction_loop_persisted", "exec"), ("allow", None, "web_search")]
+         ("abort", "compaction_loop_persisted", "exec"), ("allow", None, "web_search"),
+         ("warn", "cross_run_repeat", "memory_search"), ("block", "fleet_incident", "web_search")]
+AGENTS = ("agent-0001", "ops-poller", "heartbeat9-agent-000", "[bot]")  # the longest id of a 1-min demo
+TOOLS = ("web_search", "read", "exec", "process", "list", "browser_navigate", "command_status")
 
 
 class FakeWorker:
@@ -24,12 +28,22 @@ class FakeWorker:
                 "loopwarden_dead_letters_total": 12.0, "loopwarden_ready": 1.0}
 
 
-def full_view(duration=60.0):
+def incident(i, state="open", runs=None):
+    now = time.time()
+    return encode(Incident(incident_id=f"inc-{i:020x}", state=state, signature=f"sig{i}", tool_name=TOOLS[i % 7],
+                           outcome_hash="h", unknown_tool=None, sample="503", run_count=runs or 10 + i,
+                           agent_count=2 + i, run_keys=[], agent_ids=[], first_seen=now - 60 * i, last_seen=now,
+                           ts=now))
+
+
+def full_view(duration=60.0, incidents=7):
     view = View(duration, FakeWorker(), "127.0.0.1:54321", config_notes(DEV_CONFIG))
+    for i in range(incidents):
+        view.on_incident(incident(i))
     for i in range(3000):
         action, detector, tool = KINDS[i % len(KINDS)]
         view.on_verdict({"action": action, "detector": detector, "level": "critical", "count": 1234,
-                         "tool_name": tool, "agent_id": "agent-0001" if i % 2 else "ops-poller",
+                         "tool_name": tool, "agent_id": AGENTS[i % len(AGENTS)],
                          "run_id": "agent-0001-run1.12", "event_ts": time.time() - 0.01})
     view.sample()
     return view
@@ -49,17 +63,61 @@ def test_fits_80_columns_without_cutting_or_wrapping(final):
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in text and "..." not in text
-    header = next(line for line in lines if "action" in line and "detector" in line)
-    for column in ("action", "detector", "n", "count", "tool", "agent"):
+    header = next(line for line in lines if "detector" in line and "abort" in line)
+    for column in ("detector", "warn", "block", "abort", "tool", "agent"):
         assert column in header.split(), header
     for _action, detector, tool in KINDS:
-        assert (detector or "-") in text and tool in text
-    assert "agent-0001" in text and "ops-poller" in text
+        assert (detector or "allow") in text and tool in text
+    row = next(line for line in lines if line.startswith("generic_repeat"))
+    assert row.split()[1:3] == ["250", "250"], row  # its warns and its blocks, on one row
+    assert all(agent in text for agent in AGENTS)
     for line in LEGEND + tuple(config_notes(DEV_CONFIG)):  # the legend is on screen, unwrapped
         assert line.strip() in text, line
     # the panel's lines do not wrap: every metric keeps its label and value on one line
-    for label in ("sent 99999", "processed 123456", "active runs 1234", "dead letters 12", "p99"):
+    for label in ("sent 99999", "processed 123456", "active runs 1234", "dead letters 12", "p99",
+                  "http://127.0.0.1:65535/metrics"):
         assert any(label in line for line in lines), label
+
+
+def test_shows_open_incidents_with_tool_runs_agents_and_since():
+    view = full_view(incidents=2)
+    view.on_incident(incident(5))
+    view.on_incident(incident(5, state="update", runs=40))
+    view.on_incident(incident(1, state="resolved"))
+    lines = rendered(view).splitlines()
+    header = next(line for line in lines if "incident" in line.split() and "since" in line)
+    for column in ("incident", "tool", "runs", "agents", "since"):
+        assert column in header.split(), header
+    rows = [line.split() for line in lines if line.startswith("inc-")]
+    assert rows == [[f"inc-{5:020x}", TOOLS[5], "40", "7", "5m00s"], [f"inc-{0:020x}", TOOLS[0], "10", "2", "0s"]]
+    assert any("open incidents: 2" in line for line in lines)
+    assert "open incidents 2" in view.progress_line(1)
+
+
+def test_many_incidents_get_the_rows_left_most_runs_first():
+    view = full_view(incidents=30)
+    text = rendered(view)
+    assert len(text.rstrip("\n").splitlines()) <= 24
+    shown = [line.split()[0] for line in text.splitlines() if line.startswith("inc-")]
+    assert shown and shown == [f"inc-{i:020x}" for i in range(29, 29 - len(shown), -1)]
+    assert f"open incidents: 30, the {len(shown)} with most runs" in text
+
+
+def test_other_records_of_the_control_topic_are_not_verdicts():
+    view = full_view(incidents=0)
+    before = view.verdicts
+    view.on_verdict({"type": "verdict_violation", "violation_id": "v", "kind": "ran_after_block", "agent_id": "a"})
+    assert view.verdicts == before
+
+
+def test_only_a_very_long_agent_id_is_elided():
+    view = full_view()
+    view.on_verdict({"action": "block", "detector": "compaction_loop_persisted", "count": 5,
+                     "tool_name": "browser_navigate", "agent_id": "a-very-long-agent-id-of-some-other-fleet"})
+    lines = rendered(view).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    row = next(line for line in lines if line.startswith("compaction_loop_persisted "))
+    assert "browser_navigate a-very-long" in row and row.rstrip().endswith("…"), row
 
 
 def test_fits_24_rows():
@@ -79,7 +137,8 @@ def test_last_frame_does_not_look_like_a_stall():
 def test_progress_line_is_plain_and_short():
     line = full_view().progress_line(99999)
     assert "\x1b" not in line and len(line) <= 120
-    assert "sent 99999" in line and "warn 900" in line and "block 1500" in line and "abort 300" in line
+    assert "sent 99999" in line and "warn 1000" in line and "block 1500" in line and "abort 250" in line
+    assert "open incidents 7" in line
 
 
 def test_config_notes_explain_the_unusual_agents():

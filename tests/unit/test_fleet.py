@@ -182,6 +182,14 @@ def test_incident_id_is_deterministic_and_differs_per_signature():
     assert feed(later)[1][0].incident_id != first  # a new outage of the same signature
 
 
+def test_the_same_joins_in_another_order_open_the_same_incident():
+    # the runs' signals reach the signature's partition from several run partitions, in any order
+    joins = [join(f"r{i}", f"a{i % 2}", 10.0 + i) for i in range(5)]
+    [in_order] = feed(joins)[1]
+    [shuffled] = feed([joins[4], joins[1], joins[3], joins[0], joins[2]])[1]
+    assert shuffled == in_order and in_order.ts == 14.0
+
+
 def test_a_join_after_the_window_resolves_before_counting():
     st, records = feed([join(f"r{i}", f"a{i % 2}", float(i)) for i in range(5)])
     st, out = incidents.apply_join(st, join("late", "a9", 2000.0), CFG)
