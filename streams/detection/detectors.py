@@ -115,7 +115,7 @@ def pair_key(sig_a: str, sig_b: str) -> str:
 def decide(h: History, tool: str, sig: str, known_poll: bool, cfg: ResolvedConfig) -> Finding | None:
     """§8: the first matching row of the decision table, or None."""
     args = h.args
-    recent = args.count(sig)
+    recent = h.count(sig)
     # Cheap exits first: most calls have no repeats, no unknown-tool failure
     # just before them and no alternation ending in their signature.
     if (

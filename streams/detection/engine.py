@@ -40,6 +40,9 @@ class StepResult(NamedTuple):
     charge: Charge | None = None  # usage this event added to a loop (runs whose calls carry usage)
 
 
+_new = tuple.__new__  # StepResult's generated __new__ is Python code, run once per event
+
+
 def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
     info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
@@ -85,7 +88,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensi
             if u is not None:
                 charge = cost.charge(u, state.history, detection, sig, *cost.of_call(u, event.usage))
             if critical and not shadow:
-                return StepResult(state, detections, False, False, charge)  # §9.3: not executed, not recorded
+                return _new(StepResult, (state, detections, False, False, charge))  # §9.3: not executed, not recorded
     if cfg.record_calls:
         record_call(state.history, tool, sig, event.tool_call_id, cfg.history_size)
         if u is not None:
@@ -98,7 +101,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensi
                     cost.align(u, state.history, True, tokens, spent)
                 else:
                     cost.align(u, state.history, True)
-    return StepResult(state, detections, False, False, charge)
+    return _new(StepResult, (state, detections, False, False, charge))
 
 
 def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
@@ -106,10 +109,10 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
     if call_id:
         if call_id in state.blocked:
             state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
-            return StepResult(state, NO_DETECTIONS)
+            return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     elif state.blocked_without_id:
         state.blocked_without_id -= 1  # §13.3: an id-less blocked call's result, matched by order
-        return StepResult(state, NO_DETECTIONS)
+        return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     tool = normalize_tool_name(event.tool_name)
     info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
     result = None if event.result is UNSET else bytes(event.result)
@@ -118,7 +121,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         error = None
     result_hash, unknown = HASHER.outcome(tool, info.mode, result, error)
     if result_hash is None:
-        return StepResult(state, NO_DETECTIONS)
+        return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
     appended = record_outcome(state.history, tool, sig, call_id, result_hash, unknown, cfg.history_size)
     u = state.usage
@@ -131,7 +134,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
                 abort.shadow = True  # reported; the run is not aborted
             charge = None if u is None else cost.charge(u, state.history, abort, sig, result_hash=result_hash)
             return StepResult(state, (abort,), False, False, charge)
-    return StepResult(state, NO_DETECTIONS)
+    return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
 
 
 def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: Extensions | None = None) -> StepResult:
@@ -140,10 +143,12 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
     ``ext`` is the agent's ``loopwarden`` block (``FleetConfig.extensions``);
     without it (or with its defaults) the verdicts are OpenClaw's.
     """
-    if isinstance(event, RunEnd):
-        return StepResult(None, NO_DETECTIONS)
-    if isinstance(event, VerdictAck):  # about a verdict, not the agent's work: no rule sees it
-        return StepResult(state, NO_DETECTIONS)
+    cls = type(event)
+    if cls is not ToolCall and cls is not ToolResult:  # the two common types skip these tests
+        if isinstance(event, RunEnd):
+            return StepResult(None, NO_DETECTIONS)
+        if isinstance(event, VerdictAck):  # about a verdict, not the agent's work: no rule sees it
+            return StepResult(state, NO_DETECTIONS)
     if state is None:
         state = RunState()
     event_id = event.event_id
@@ -154,13 +159,13 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
         seen.append(event_id)
         if len(seen) > MAX_SEEN_EVENT_IDS:
             del seen[0]
-    if isinstance(event, ToolCall):
+    if cls is ToolCall:
         return _on_call(state, event, config, ext)
-    if isinstance(event, ToolResult):
+    if cls is ToolResult:
         return _on_result(state, event, config, ext)
     if isinstance(event, CompactionRetry):
         if config.guard_enabled:
             guards.arm(state.guard, config.guard_window)
             return StepResult(state, NO_DETECTIONS, guard_armed=True)
-        return StepResult(state, NO_DETECTIONS)
+        return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     raise TypeError(f"not an event: {type(event).__name__}")

@@ -30,8 +30,15 @@ MAX_SEEN_EVENT_IDS = 128
 MAX_AWAITED_ACKS = 64
 
 
-class History(msgspec.Struct, array_like=True):
-    """The window of records (§6.1), oldest first, one list per field."""
+class History(msgspec.Struct, array_like=True, dict=True):
+    """The window of records (§6.1), oldest first, one list per field.
+
+    ``count(sig)`` reads an index of the ``args`` column (signature -> records)
+    kept beside it in the instance ``__dict__``: not a field, so never stored,
+    built at first use after a decode and kept up to date by ``push``/``trim``
+    (the only writers of ``args``). One dict probe instead of comparing every
+    record's signature, each a cold string in a run's state.
+    """
 
     tools: list[str] = msgspec.field(default_factory=list)
     args: list[str] = msgspec.field(default_factory=list)
@@ -42,10 +49,27 @@ class History(msgspec.Struct, array_like=True):
     def __len__(self) -> int:
         return len(self.args)
 
+    def count(self, sig: str) -> int:
+        """How many records of the window have signature ``sig``."""
+        counts = self.__dict__.get("_counts")
+        if counts is None:
+            counts = self._index()
+        return counts.get(sig, 0)
+
+    def _index(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for sig in self.args:
+            counts[sig] = counts.get(sig, 0) + 1
+        self._counts = counts
+        return counts
+
     def push(self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None, size: int) -> None:
         """Append a record, then drop the oldest beyond ``size`` (§6.2; §1.8: the size in force now)."""
         self.tools.append(tool)
         self.args.append(args)
+        counts = self.__dict__.get("_counts")
+        if counts is not None:
+            counts[args] = counts.get(args, 0) + 1
         self.call_ids.append(call_id)
         self.results.append(result)
         self.unknowns.append(unknown)
@@ -56,6 +80,14 @@ class History(msgspec.Struct, array_like=True):
         """Drop the oldest records beyond ``size`` (§6.2, §1.8: the size in force now)."""
         excess = len(self.args) - size
         if excess > 0:
+            counts = self.__dict__.get("_counts")
+            if counts is not None:
+                for sig in self.args[:excess]:
+                    left = counts[sig] - 1
+                    if left:
+                        counts[sig] = left
+                    else:
+                        del counts[sig]
             del self.tools[:excess], self.args[:excess], self.call_ids[:excess]
             del self.results[:excess], self.unknowns[:excess]
 

@@ -109,3 +109,28 @@ def test_per_fetch_hand_over_internals():
 
     assert callable(Consumer._wait_next_records) and callable(Consumer._to_message)
     assert "_buffered_partitions" in inspect.getsource(Consumer)
+
+
+def test_unacked_messages_is_only_an_in_flight_test():
+    """The batch hand-over puts one message per batch in Faust's unacked set, not every record:
+    that holds only while Faust reads the set just as "is anything unacked?" (the rebalance wait),
+    drops acked messages itself, and otherwise only adds to it (its stream path, not ours)."""
+    import pathlib
+    import re
+
+    import faust
+    from faust.transport.consumer import Consumer
+
+    def code(path: pathlib.Path) -> str:
+        return "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
+                         if not line.lstrip().startswith("#"))
+
+    files = list(pathlib.Path(faust.__file__).parent.rglob("*.py"))
+    assert [p.name for p in files if "_unacked_messages" in code(p)] == ["consumer.py"]
+    # The public accessor is only used to add to the set (Stream, for records of stream topics).
+    users = {p.name: re.findall(r"\bunacked\.\w+", code(p)) for p in files if re.search(r"\.unacked\b", code(p))}
+    assert users == {"streams.py": ["unacked.add"]}, users
+    assert len(re.findall(r"self\._unacked_messages\b", inspect.getsource(Consumer))) == 10
+    assert "while not self.should_stop and self._unacked_messages" in inspect.getsource(Consumer.wait_empty)
+    assert "message.acked" in inspect.getsource(Consumer._clean_unacked_messages)
+    assert "self._unacked_messages.discard(message)" in inspect.getsource(Consumer.ack)
