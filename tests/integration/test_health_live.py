@@ -10,7 +10,6 @@ watchdog exits 70 once the worker has been unhealthy for ``--unhealthy-exit-afte
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
