@@ -98,6 +98,6 @@ def test_second_block_escalates_to_abort_as_replay_says(tansu, names, workers, t
 
     worker.wait_metric('loopwarden_verdict_acks_total{outcome="applied"}', 3, timeout=30)
     m = worker.metrics()
-    assert m['loopwarden_verdicts_total{action="abort",detector="escalation"}'] == 1
+    assert m['loopwarden_verdicts_total{action="abort",detector="escalation",mode="enforce"}'] == 1
     # The client acked both blocks (the veto was published) and the abort (the run ended).
     assert m['loopwarden_verdict_acks_total{outcome="applied"}'] == 3
