@@ -28,7 +28,7 @@ async def ensure_topics(settings: Any) -> list[str]:
         s.config_topic: (1, {"cleanup.policy": "compact"}),
         s.dead_letter_topic: (s.partitions, {"max.message.bytes": str(s.dead_letter_max_bytes)}),
         s.incidents_topic: (s.partitions, {}),
-        **{name: (s.partitions, {}) for name in s.fleet_topics},  # repartition topics of streams.fleet
+        **{name: (s.fleet_partitions, {}) for name in s.fleet_topics},  # repartition topics of streams.fleet
     }
     admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin", **kafka_auth(s))
     await admin.start()

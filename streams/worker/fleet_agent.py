@@ -77,13 +77,13 @@ class FleetRuntime:
         self.board_loaded = asyncio.Event()
         sig_name, ses_name = fleet_topics(s)
         self.signatures_topic = app.topic(sig_name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                          value_serializer="raw", partitions=s.partitions, internal=True)
+                                          value_serializer="raw", partitions=s.fleet_partitions, internal=True)
         self.sessions_topic = app.topic(ses_name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                        value_serializer="raw", partitions=s.partitions, internal=True)
+                                        value_serializer="raw", partitions=s.fleet_partitions, internal=True)
         self.signatures = RunTable(app.Table(SIGNATURES_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                             partitions=s.partitions), sig_name, send)
+                                             partitions=s.fleet_partitions), sig_name, send)
         self.sessions = RunTable(app.Table(SESSIONS_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                           partitions=s.partitions), ses_name, send)
+                                           partitions=s.fleet_partitions), ses_name, send)
         self.watermark = -math.inf  # newest signal ts seen by this worker
         self._arrived = time.time()  # wall time of the newest signal
         self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns

@@ -33,6 +33,7 @@ class Settings(SecuritySettings, kw_only=True):
     dead_letter_topic: str = "loopwarden.dead-letter"
     incidents_topic: str = "agent.loop-incidents"
     partitions: int = 4
+    fleet_partitions: int = 1
     replicas: int = 1
     data_dir: str = "./loopwarden-data"
     store: str = "rocksdb://"
@@ -99,6 +100,8 @@ HELP: dict[str, str] = {
     "dead_letter_topic": "topic for events that do not decode",
     "incidents_topic": "topic of fleet incident records (loopwarden.incidents), key = incident id",
     "partitions": "partitions of topics created on start (events topic and table changelog must match)",
+    "fleet_partitions": "partitions of the fleet extensions' repartition topics and tables (signals are a few "
+                        "percent of the events; every partition costs broker fetch work even when idle)",
     "replicas": "replication factor of topics created on start",
     "data_dir": "directory of the RocksDB table files (one per worker)",
     "store": "table store URL (rocksdb:// via rocksdict, or memory://)",

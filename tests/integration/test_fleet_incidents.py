@@ -23,6 +23,9 @@ from streams.replay import replay_lines
 from .support import assert_matches, collect, decode_verdicts, produce_events
 
 PARTITIONS = 4
+# As many fleet partitions as event partitions, so Faust assigns partition p of both to one worker
+# and the tests can place runs on one worker and the signature on the other.
+FLEET_PARTITIONS = ["--fleet-partitions", str(PARTITIONS)]
 DOC = {"loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2, "window": 600}}}
 
 
@@ -84,7 +87,8 @@ def opened(records: list[dict]) -> set[str]:
 def test_incident_opens_once_on_the_worker_owning_the_signature(tansu, names, workers, tmp_path):
     config = tmp_path / "fleet.json"
     config.write_text(json.dumps(DOC))
-    first, second = workers(names, "one", config=config), workers(names, "two", config=config)
+    first, second = (workers(names, "one", config=config, extra=FLEET_PARTITIONS),
+                     workers(names, "two", config=config, extra=FLEET_PARTITIONS))
     a, b = settled(first, second)
     runs, error = pick(a, b, 6)
     events = [e for i, run in enumerate(runs) for e in failing_run(run, f"agent-{i % 3}", error)]
@@ -107,7 +111,8 @@ def test_incident_opens_once_on_the_worker_owning_the_signature(tansu, names, wo
 def test_sigkill_during_an_open_incident_opens_no_duplicate(tansu, names, workers, tmp_path):
     config = tmp_path / "fleet.json"
     config.write_text(json.dumps(DOC))
-    first, second = workers(names, "one", config=config), workers(names, "two", config=config)
+    first, second = (workers(names, "one", config=config, extra=FLEET_PARTITIONS),
+                     workers(names, "two", config=config, extra=FLEET_PARTITIONS))
     a, b = settled(first, second)
     runs, error = pick(a, b, 8)
     agents = [f"agent-{i % 3}" for i in range(len(runs))]
