@@ -30,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the worker's run_ttl, seconds (longer than a wave takes to drain)")
     p.add_argument("--waves", type=int, default=2)
     p.add_argument("--json", action="store_true", help="print the report as JSON only")
+    p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
 def run_events(wave: int, runs: int, calls: int) -> Iterator[dict]:
@@ -76,7 +77,7 @@ def _wait(predicate: Any, timeout: float, every: float = 0.5) -> bool:
     return False
 
 
-def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print) -> dict:
+def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print, worker_args: list[str] = ()) -> dict:
     from streams.devtools.broker import EmbeddedBroker
     from streams.devtools.processes import WorkerProcess
     from streams.devtools.simulate import publish
@@ -87,7 +88,8 @@ def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print) -> dic
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(CONFIG))
         worker = WorkerProcess(broker.url, Path(tmp) / "data", config=config, log_level="warning",
-                               extra=["--run-ttl", str(ttl), "--expire-interval", str(max(1.0, ttl / 4))]).start()
+                               extra=["--run-ttl", str(ttl), "--expire-interval", str(max(1.0, ttl / 4)),
+                                      *worker_args]).start()
         try:
             worker.wait_ready()
             report["rss_idle_mib"] = round(rss_mib(worker.pid), 1)
@@ -119,6 +121,7 @@ def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print) -> dic
 
 def run(args: argparse.Namespace) -> int:
     quiet = args.json
-    report = soak(args.runs, args.calls, args.ttl, args.waves, log=(lambda *_: None) if quiet else print)
+    report = soak(args.runs, args.calls, args.ttl, args.waves, log=(lambda *_: None) if quiet else print,
+                  worker_args=[a for a in args.worker_args if a != "--"])
     print(json.dumps(report) if quiet else json.dumps(report, indent=2))
     return 0

@@ -37,6 +37,7 @@ class Settings(SecuritySettings, kw_only=True):
     replicas: int = 1
     data_dir: str = "./loopwarden-data"
     store: str = "rocksdb://"
+    rocksdb_write_buffer_mb: int = 64
     config: str | None = None
     host: str = "127.0.0.1"
     port: int = 6066
@@ -104,6 +105,8 @@ HELP: dict[str, str] = {
                         "percent of the events; every partition costs broker fetch work even when idle)",
     "replicas": "replication factor of topics created on start",
     "data_dir": "directory of the RocksDB table files (one per worker)",
+    "rocksdb_write_buffer_mb": "RocksDB memtable size per run-table partition, MiB (up to 3 per partition stay in "
+                               "memory before a flush: the worker's resident memory grows by that much under churn)",
     "store": "table store URL (rocksdb:// via rocksdict, or memory://)",
     "config": "OpenClaw-shaped config file (JSON or JSON5); defaults apply without it",
     "host": "HTTP bind address of /metrics, /healthz, /readyz",
