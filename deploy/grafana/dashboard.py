@@ -99,6 +99,25 @@ def _stat(title: str, description: str, unit: str, query: prometheus.Dataquery,
     )
 
 
+def _top_tools(title: str, description: str, unit: str, metric: str, span: int) -> bargauge.Panel:
+    """The ten tools with the largest increase of ``metric`` (by its ``tool`` label) in the time range."""
+    return (
+        bargauge.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .min(0)
+        .height(8)
+        .span(span)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(q(f"topk(10, sum by (tool) (increase({metric}{{{SEL}}}[$__range])))", "{{tool}}",
+                       instant=True))
+    )
+
+
 def _latency(title: str, description: str, metric: str, slo: float | None = None) -> timeseries.Panel:
     queries = [
         q(f"histogram_quantile({quantile}, sum by (le) (rate({metric}_bucket{{{SEL}}}[{RATE}])))",
@@ -232,22 +251,10 @@ def build() -> dash_b.Dashboard:
           f'[{RATE}])) * 60',
           "{{action}} / min"),
         stack=True))
-    board = _add(board, 
-        bargauge.Panel()
-        .title("Top tools in loops")
-        .description("Tools with the most detections in the time range (tool names outside the capped set "
-                     "are counted as 'other').")
-        .datasource(DATASOURCE)
-        .unit("none")
-        .min(0)
-        .height(8)
-        .span(12)
-        .orientation(common.VizOrientation.HORIZONTAL)
-        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
-        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_detections_total{{{SEL}}}[$__range])))",
-                       "{{tool}}", instant=True))
-    )
+    board = _add(board, _top_tools(
+        "Top tools in loops",
+        "Tools with the most detections in the time range (tool names outside the capped set " "are counted as 'other').",
+        "none", "loopwarden_detections_total", 12))
 
     board = _add(board, _ts(
         "Detections: shadow vs enforce", "Detections by mode: shadow = loopwarden.shadow recorded them on "
@@ -268,22 +275,10 @@ def build() -> dash_b.Dashboard:
         "Loop cost per hour", "usage.cost of the calls charged to loops, per hour, by detector (the fleet's "
         "currency; only calls whose usage carries a cost).", "short",
         q(f"sum by (detector) (rate(loopwarden_loop_cost_total{{{SEL}}}[{RATE}])) * 3600", "{{detector}}")))
-    board = _add(board,
-        bargauge.Panel()
-        .title("Top tools by loop tokens")
-        .description("Tools whose loops burnt the most tokens in the time range (tool names outside the "
-                     "capped set are counted as 'other').")
-        .datasource(DATASOURCE)
-        .unit("short")
-        .min(0)
-        .height(8)
-        .span(24)
-        .orientation(common.VizOrientation.HORIZONTAL)
-        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
-        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_loop_tokens_total{{{SEL}}}[$__range])))",
-                       "{{tool}}", instant=True))
-    )
+    board = _add(board, _top_tools(
+        "Top tools by loop tokens",
+        "Tools whose loops burnt the most tokens in the time range (tool names outside the " "capped set are counted as 'other').",
+        "short", "loopwarden_loop_tokens_total", 24))
 
     # --- Latency -----------------------------------------------------------
     board = board.with_row(_row("Latency"))
@@ -343,22 +338,10 @@ def build() -> dash_b.Dashboard:
         q(f"sum by (state) (rate(loopwarden_incidents_total{{{SEL}}}[{RATE}]))", "{{state}}", "A"),
         q(f'sum(rate(loopwarden_verdicts_total{{{SEL}, detector="cross_run_repeat"}}[{RATE}]))',
           "cross_run_repeat", "B"), width=9))
-    board = _add(board,
-        bargauge.Panel()
-        .title("Top failure signatures")
-        .description("Tools whose failures most runs joined in the time range (a join = one run with the "
-                     "same outcome minStreak times, whatever the arguments).")
-        .datasource(DATASOURCE)
-        .unit("none")
-        .min(0)
-        .height(8)
-        .span(24)
-        .orientation(common.VizOrientation.HORIZONTAL)
-        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
-        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
-        .with_target(q(f"topk(10, sum by (tool) (increase(loopwarden_fleet_joins_total{{{SEL}}}[$__range])))",
-                       "{{tool}}", instant=True))
-    )
+    board = _add(board, _top_tools(
+        "Top failure signatures",
+        "Tools whose failures most runs joined in the time range (a join = one run with the " "same outcome minStreak times, whatever the arguments).",
+        "none", "loopwarden_fleet_joins_total", 24))
     return board
 
 

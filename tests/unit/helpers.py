@@ -183,3 +183,13 @@ class Run:
 
     def end(self):
         return self.feed(event("run_end", **self._base()))
+
+
+class Rec(msgspec.Struct):
+    """A consumed record as the worker's batch path sees it (batch-path tests)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None

@@ -22,19 +22,12 @@ from streams.worker.batch import Limits, apply_batch
 from streams.worker.committer import Committer, PublishPolicy
 from streams.worker.runcodec import decode_value
 from streams.worker.screening import without_raw
+from tests.unit.helpers import Rec
 
 ENABLED = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2,
                                                                   "criticalThreshold": 3}}})
 LIMITS = Limits(control_topic="ctl", dead_letter_topic="dlq")
 FAST = PublishPolicy(backoff_initial=0.001, backoff_max=0.01, permanent_attempts=3)
-
-
-class Rec(msgspec.Struct):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 def call(i: int, run: str = "r1", gated: bool = False) -> bytes:

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import json
 
-import msgspec
-
 from schemas.config import FleetConfig
 from streams.replay import replay_lines
 from streams.worker.batch import Limits, apply_batch
+from tests.unit.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 DETECTION = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}
-
-
-class Rec(msgspec.Struct):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 def fleet(shadow=None) -> FleetConfig:
