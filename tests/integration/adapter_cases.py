@@ -9,7 +9,6 @@ the warning appended to call 11's result and the block message as call 21's.
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from streams.devtools.broker import free_port
 from streams.runner import LoopClient
 
-from .support import Names, WorkerProcess
+from .support import WorkerProcess, ready_worker
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 REPEATS = 25
@@ -33,16 +32,7 @@ def worker_fixture(tag: str):
 
     @pytest.fixture(scope="module")
     def adapter_worker(tansu, tmp_path_factory):
-        tmp = tmp_path_factory.mktemp(f"{tag}-worker")
-        config = tmp / "loop.json"
-        config.write_text(json.dumps(CONFIG))
-        w = WorkerProcess(tansu, Names(tag), tmp / "data", config=config)
-        w.start()
-        try:
-            w.wait_ready()
-            yield w
-        finally:
-            w.stop()
+        yield from ready_worker(tansu, tmp_path_factory.mktemp(f"{tag}-worker"), tag, CONFIG)
 
     return adapter_worker
 

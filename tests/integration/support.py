@@ -36,6 +36,19 @@ class WorkerProcess(devtools.WorkerProcess):
         self.bootstrap = bootstrap
 
 
+def ready_worker(tansu: str, tmp: Path, tag: str, config: dict) -> Iterable[WorkerProcess]:
+    """Generator for a module-scoped fixture: one ready worker with ``config``, stopped afterwards."""
+    path = tmp / "loop.json"
+    path.write_text(json.dumps(config))
+    w = WorkerProcess(tansu, Names(tag), tmp / "data", config=path)
+    w.start()
+    try:
+        w.wait_ready()
+        yield w
+    finally:
+        w.stop()
+
+
 def run_key(event: dict) -> str:
     """The Kafka key of an event given as a dict (the one rule, :func:`schemas.events.key_for`)."""
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import uuid
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from schemas.verdicts import Verdict
 from streams.devtools.broker import EmbeddedBroker
 from streams.runner import LoopClient, blocked_tool_result, is_blocked_result
 
-from .support import Names, WorkerProcess
+from .support import Names, WorkerProcess, ready_worker
 
 pytestmark = pytest.mark.integration
 
@@ -32,16 +31,7 @@ BLOCK_TEXT = "CRITICAL: Called read with identical arguments and identical outco
 
 @pytest.fixture(scope="module")
 def worker(tansu, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("runner-worker")
-    config = tmp / "loop.json"
-    config.write_text(json.dumps(CONFIG))
-    w = WorkerProcess(tansu, Names("runner"), tmp / "data", config=config)
-    w.start()
-    try:
-        w.wait_ready()
-        yield w
-    finally:
-        w.stop()
+    yield from ready_worker(tansu, tmp_path_factory.mktemp("runner-worker"), "runner", CONFIG)
 
 
 def client_for(tansu: str, worker: WorkerProcess, **overrides) -> LoopClient:
