@@ -96,7 +96,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     events = app.topic(s.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
                        value_serializer="raw", partitions=s.partitions)
     table = app.Table(TABLE_NAME, default=None, key_type=bytes, value_type=bytes,  # bytes = raw serializer
-                      partitions=s.partitions, options={"write_buffer_size": s.rocksdb_write_buffer_mb << 20})
+                      partitions=s.partitions, options=s.rocksdb_options)
     feed = ConfigFeed(fleet or FleetConfig(), s.bootstrap, s.config_topic, on_update=metrics.config_updates.inc,
                       client_kwargs=kafka_auth(s))
 

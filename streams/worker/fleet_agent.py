@@ -81,9 +81,11 @@ class FleetRuntime:
         self.sessions_topic = app.topic(ses_name, key_type=bytes, value_type=bytes, key_serializer="raw",
                                         value_serializer="raw", partitions=s.fleet_partitions, internal=True)
         self.signatures = RunTable(app.Table(SIGNATURES_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                             partitions=s.fleet_partitions), sig_name, send)
+                                             partitions=s.fleet_partitions, options=s.rocksdb_options),
+                                   sig_name, send)
         self.sessions = RunTable(app.Table(SESSIONS_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                           partitions=s.fleet_partitions), ses_name, send)
+                                           partitions=s.fleet_partitions, options=s.rocksdb_options),
+                                 ses_name, send)
         self.watermark = -math.inf  # newest signal ts seen by this worker
         self._arrived = time.time()  # wall time of the newest signal
         self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns

@@ -38,6 +38,7 @@ class Settings(SecuritySettings, kw_only=True):
     data_dir: str = "./loopwarden-data"
     store: str = "rocksdb://"
     rocksdb_write_buffer_mb: int = 64
+    rocksdb_block_cache_mb: int = 8
     config: str | None = None
     host: str = "127.0.0.1"
     port: int = 6066
@@ -87,6 +88,14 @@ class Settings(SecuritySettings, kw_only=True):
         return self.dead_letter_max_bytes + 4096
 
     @property
+    def rocksdb_options(self) -> dict[str, int]:
+        """Options of every RocksDB table (Faust's ``Table(options=...)``). Faust's own block cache
+        default is 2 GiB per partition: reads and the expiry sweep fill it, so without this bound
+        resident memory grows with every wave of runs that comes and goes."""
+        return {"write_buffer_size": self.rocksdb_write_buffer_mb << 20,
+                "block_cache_size": self.rocksdb_block_cache_mb << 20}
+
+    @property
     def tool_label_set(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.tool_labels.split(",") if t.strip())
 
@@ -107,6 +116,8 @@ HELP: dict[str, str] = {
     "data_dir": "directory of the RocksDB table files (one per worker)",
     "rocksdb_write_buffer_mb": "RocksDB memtable size per run-table partition, MiB (up to 3 per partition stay in "
                                "memory before a flush: the worker's resident memory grows by that much under churn)",
+    "rocksdb_block_cache_mb": "RocksDB block cache per table partition, MiB (data blocks read back stay here; "
+                              "bounds the worker's resident memory under run churn)",
     "store": "table store URL (rocksdb:// via rocksdict, or memory://)",
     "config": "OpenClaw-shaped config file (JSON or JSON5); defaults apply without it",
     "host": "HTTP bind address of /metrics, /healthz, /readyz",
