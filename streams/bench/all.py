@@ -77,9 +77,11 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
     if wrk:
         out["drain_vs_raw_consume"] = wrk["ratio_to_raw"]
         lats = wrk["latency"]
-        out["latency_fixed_p99_ms"] = lats[0].get("p99_ms")
-        if len(lats) > 1:
-            out["latency_fraction_p99_ms"] = lats[1].get("p99_ms")
+        for name, lat in zip(("latency_fixed_p99", "latency_fraction_p99"), lats):
+            out[f"{name}_ms"] = lat.get("p99_ms")
+            floor = (lat.get("floor") or {}).get("p99_ms")
+            if floor and lat.get("p99_ms") is not None:
+                out[f"{name}_vs_floor"] = round(lat["p99_ms"] / floor, 2)
     if gate:
         out["gate_p99_ms"] = gate["p99_ms"]
     return out
@@ -115,6 +117,10 @@ def text(report: dict[str, Any]) -> str:
             lines.append(f"latency:  {lat.get('rate')} events/s ({lat.get('of_drain')} of drain), "
                          f"{lat.get('verdicts')} verdicts: p50 {lat.get('p50_ms')} p90 {lat.get('p90_ms')} "
                          f"p99 {lat.get('p99_ms')} max {lat.get('max_ms')} ms{_mark(name, lat.get('p99_ms'))}")
+            floor = lat.get("floor")
+            if floor:
+                lines.append(f"          broker floor (plain relay, fresh broker): p50 {floor.get('p50_ms')} "
+                             f"p99 {floor.get('p99_ms')} ms; worker/floor p99 {r.get(name.replace('_ms', '_vs_floor'))}")
     if gate:
         lines.append(f"gate:     {gate['decisions_per_s']}/s of {gate['target_per_s']}/s, "
                      f"round trip p50 {gate['p50_ms']} p95 {gate['p95_ms']} p99 {gate['p99_ms']} "

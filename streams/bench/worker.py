@@ -10,6 +10,15 @@ Phases, all on one embedded broker in one run:
    ``await_decision``, so it always gets a verdict) and measure
    event -> verdict as a runner sees it: verdict arrival minus event ``ts``.
 
+Each latency level gets a fresh broker and worker: Tansu's memory engine
+answers more slowly the more records it holds (a plain producer and
+consumer at 2,000 msg/s go from 5 to 28 ms p50 in 20 s on 4 partitions),
+so a level measured after the backlog would time the broker's history.
+Beside each level, the broker floor: the same events at the same rate
+through a plain aiokafka relay in its own process (consume, forward the
+gated calls to the control topic, no decoding), also on a fresh broker.
+That is the least any worker in Python can take for the same two hops.
+
 Numbers depend on the machine: 2 cores are shared by broker, worker and load.
 """
 
@@ -17,11 +26,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # The same with the fleet extensions on (``--fleet``): what incidents and cross-run detection cost.
@@ -60,6 +70,39 @@ async def _raw_consume(bootstrap: str, topic: str, n: int) -> float:
         await consumer.stop()
 
 
+GATED = b'"await_decision":true'
+
+
+def relay(bootstrap: str, fetch_wait_ms: int, linger_ms: int, ready: Any) -> None:
+    """The broker floor's worker stand-in (run in its own process): forward gated calls as they are."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def main() -> None:
+        consumer = AIOKafkaConsumer("agent.events", bootstrap_servers=bootstrap, auto_offset_reset="latest",
+                                    enable_auto_commit=False, fetch_max_wait_ms=fetch_wait_ms)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms)
+        await consumer.start()
+        await producer.start()
+        await consumer.getmany(timeout_ms=200)  # assigned and positioned before the load starts
+        ready.set()
+        while True:
+            batch = await consumer.getmany(timeout_ms=100)
+            for records in batch.values():
+                for r in records:
+                    if GATED in r.value:
+                        await producer.send("agent.loop-control", r.value, key=r.key)
+
+    asyncio.run(main())
+
+
+def _event_ts(value: bytes) -> float | None:
+    """When the event behind a control record was sent: a verdict's ``event_ts``, a relayed event's ``ts``."""
+    v = json.loads(value)
+    if not (v.get("run_id") or "").startswith("lat-"):
+        return None
+    return v.get("event_ts") or (v.get("ts") if "type" in v and v.get("type") == "tool_call" else None)
+
+
 async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> dict:
     from aiokafka import AIOKafkaConsumer
 
@@ -77,9 +120,9 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
             now = time.time()
             for records in batch.values():
                 for r in records:
-                    v = json.loads(r.value)
-                    if v.get("event_ts") and (v.get("run_id") or "").startswith("lat-"):
-                        lat.append(now - v["event_ts"])
+                    ts = _event_ts(r.value)
+                    if ts:
+                        lat.append(now - ts)
 
     # Generated up front: making synthetic payloads costs more CPU than sending them.
     source = endless_fleet(agents, 0.3, seed=99, gate_every=5, prefix="lat-")
@@ -107,55 +150,106 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
 def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 20.0,
             latency_rates: tuple[float | str, ...] = ("0.5",), extra: list[str] | tuple[str, ...] = (),
             on_worker_start: Any = None, config: dict | None = None) -> dict:
-    """One broker, one worker: raw consume, backlog drain, then event->verdict at each rate.
+    """Raw consume and backlog drain on one broker, then event->verdict at each rate, each on a fresh one.
 
     A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
-    ``on_worker_start(pid)`` is called once the worker process runs (e.g. to attach a profiler).
+    ``on_worker_start(pid)`` is called once the draining worker process runs (e.g. to attach a profiler).
     ``config``: the worker's config document (default :data:`BENCH_CONFIG`).
     """
     import shutil
 
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.devtools.processes import WorkerProcess
     from streams.devtools.simulate import endless_fleet, publish
-    from streams.kafka.admin import ensure_topics
-    from streams.worker.settings import from_sources
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
     (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG if config is None else config))
     result: dict = {"events": events}
     try:
-        with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
+        with _fresh_broker(tmp / "drain", extra) as broker:
             bootstrap = broker.bootstrap
-            worker = WorkerProcess(broker.url, tmp / "data", config=tmp / "config.json", extra=list(extra),
-                                   log_level="warning")
-            # Topics first, so the backlog exists before the worker starts.
-            asyncio.run(ensure_topics(from_sources({"broker": broker.url})))
             t0 = time.perf_counter()
             asyncio.run(publish(bootstrap, "agent.events", endless_fleet(agents, 0.3, seed=5), 0, None,
                                 count=events, linger_ms=20))
             result["preload_per_s"] = round(events / (time.perf_counter() - t0))
             result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", events)))
-            worker.start()
-            if on_worker_start is not None:
-                on_worker_start(worker.pid)
-            try:
+            with _worker(broker, tmp / "drain", extra, on_worker_start, ready=False) as worker:
                 throughput, cpu_per_event = _drain_rate(worker, events)
-                result["worker_events_per_s"] = round(throughput)
-                # CPU time is less disturbed than wall time by other load on a shared machine.
-                result["worker_cpu_us_per_event"] = round(cpu_per_event * 1e6, 2)
-                result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
-                result["latency"] = []
-                for spec in latency_rates:
-                    rate = round(float(spec) * throughput) if isinstance(spec, str) else float(spec)
-                    lat = asyncio.run(_latency(bootstrap, rate, latency_seconds, agents))
-                    lat["of_drain"] = round(rate / throughput, 3)
-                    result["latency"].append(lat)
-            finally:
-                worker.stop()
+        result["worker_events_per_s"] = round(throughput)
+        # CPU time is less disturbed than wall time by other load on a shared machine.
+        result["worker_cpu_us_per_event"] = round(cpu_per_event * 1e6, 2)
+        result["ratio_to_raw"] = round(throughput / result["raw_consume_per_s"], 4)
+        result["latency"] = []
+        for i, spec in enumerate(latency_rates):
+            rate = round(float(spec) * throughput) if isinstance(spec, str) else float(spec)
+            floor = latency_floor(tmp / f"floor-{i}", rate, latency_seconds, agents, extra)
+            with _fresh_broker(tmp / f"level-{i}", extra) as broker, _worker(broker, tmp / f"level-{i}", extra):
+                lat = asyncio.run(_latency(broker.bootstrap, rate, latency_seconds, agents))
+            lat["of_drain"] = round(rate / throughput, 3)
+            lat["floor"] = floor
+            result["latency"].append(lat)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return result
+
+
+def worker_settings(broker_url: str, extra: list[str] | tuple[str, ...]) -> Any:
+    """The settings the bench's worker runs with (its extra flags over the defaults)."""
+    from streams.worker.settings import add_arguments, from_sources
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    known, _ = parser.parse_known_args(list(extra))
+    known.broker = broker_url
+    return from_sources(known)
+
+
+@contextlib.contextmanager
+def _fresh_broker(tmp: Path, extra: list[str] | tuple[str, ...]) -> Iterator[Any]:
+    """An embedded broker with the worker's topics (partitions as the worker's flags say)."""
+    from streams.devtools.broker import EmbeddedBroker
+    from streams.kafka.admin import ensure_topics
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
+        asyncio.run(ensure_topics(worker_settings(broker.url, extra)))
+        yield broker
+
+
+@contextlib.contextmanager
+def _worker(broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start: Any = None,
+            ready: bool = True) -> Iterator[Any]:
+    """A worker process on ``broker``; ``ready``: wait until it serves (not while it drains a backlog)."""
+    from streams.devtools.processes import WorkerProcess
+
+    worker = WorkerProcess(broker.url, tmp / "data", config=tmp.parent / "config.json", extra=list(extra),
+                           log_level="warning")
+    worker.start()
+    if on_start is not None:
+        on_start(worker.pid)
+    try:
+        if ready:
+            worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
+
+def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: list[str] | tuple[str, ...]) -> dict:
+    """The same latency level with the plain relay (:func:`relay`) in the worker's place."""
+    import multiprocessing
+
+    with _fresh_broker(tmp, extra) as broker:
+        s = worker_settings(broker.url, extra)
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Event()
+        proc = ctx.Process(target=relay, args=(broker.bootstrap, s.fetch_wait_ms, s.linger_ms, ready), daemon=True)
+        proc.start()
+        try:
+            if not ready.wait(60):
+                raise SystemExit("the latency floor's relay did not start")
+            return asyncio.run(_latency(broker.bootstrap, rate, seconds, agents))
+        finally:
+            proc.kill()
+            proc.join()
 
 
 def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
@@ -214,7 +308,8 @@ def _print(result: dict, seconds: float) -> None:
     for lat in result["latency"]:
         print(f"latency at {lat.get('rate')} events/s for {seconds:.0f}s: "
               f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
-              f"({lat.get('verdicts')} verdicts)")
+              f"({lat.get('verdicts')} verdicts); broker floor p50 {lat['floor'].get('p50_ms')} ms, "
+              f"p99 {lat['floor'].get('p99_ms')} ms")
 
 
 def medians(runs: list[dict]) -> dict:

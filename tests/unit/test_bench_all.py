@@ -37,6 +37,17 @@ def test_text_marks_met_and_missed_targets():
     assert "target >= 0.55: NOT met" in lines[0]
 
 
+def test_latency_levels_are_compared_with_their_broker_floor():
+    report = _report(drain=30_000, engine=60_000, p99_fixed=20, p99_fraction=60, gate_p99=30)
+    report["worker"]["latency"][0]["floor"] = {"p50_ms": 4, "p99_ms": 8}
+    r = report["ratios"] = ratios(report)
+    assert r["latency_fixed_p99_vs_floor"] == 2.5
+    assert "latency_fraction_p99_vs_floor" not in r  # that level has no floor measured
+    lines = text(report).splitlines()
+    assert "broker floor" in lines[3] and "p99 8 ms" in lines[3] and "worker/floor p99 2.5" in lines[3]
+    assert "target <= 50.0: NOT met" in lines[4]
+
+
 def test_skipped_parts_leave_their_ratios_out():
     report = _report(drain=30_000, engine=60_000, p99_fixed=20, p99_fraction=60, gate_p99=30)
     del report["engine"], report["gate"]
