@@ -7,17 +7,24 @@ For each batch handed in by :meth:`Committer.submit`, in batch order:
    batches read them before the table;
 2. every outgoing record (verdicts, dead letters) is handed to the producer
    without waiting, so the producer can batch them;
-3. a completion task awaits the previous batch's completion, then every
-   delivery of this batch (retrying what failed, see below), then writes
-   each touched run once to the table (RocksDB and changelog), then drops
-   the batch's entries from ``pending``;
-4. only then is the batch's future done, and only then does the consumer
+3. once the previous batch got this far, every delivery of this batch is
+   awaited (retrying what failed, see below), and the batch's run values
+   join the next state flush;
+4. a flush writes each run once to the table (RocksDB and changelog),
+   whatever number of batches touched it since the last flush, then drops
+   those entries from ``pending``. Flushes run in order, each
+   ``flush_interval`` after the first batch that joined it: a run that gets
+   events in many batches is written once per interval, not once per batch
+   (at 2,000 events/s of a fleet, 0.5 s turns about one changelog record per
+   event into one per three);
+5. only then is the batch's future done, and only then does the consumer
    ack (and later commit) its offsets.
 
 So a state that is durable always has its verdicts durable too; a crash
-before step 4 replays the events onto the old state and republishes the
-same verdicts under the same ``verdict_id``. At most ``max_inflight``
-batches are between step 2 and step 4 at once.
+before step 5 replays the events onto the old state and republishes the
+same verdicts under the same ``verdict_id``. Verdicts never wait for a
+flush. At most ``max_inflight`` batches are between step 2 and step 3 at
+once; batches waiting for a flush do not hold up the next fetch.
 
 A publish that fails is retried with capped exponential backoff and the
 batch stays unacked: a broker outage only delays. A record that can never
@@ -72,7 +79,8 @@ class PublishPolicy(msgspec.Struct, frozen=True, kw_only=True):
 class Committer:
     """Owns ``pending`` and the completion chain; one per worker process."""
 
-    def __init__(self, table: Any, send: SendFn, *, max_inflight: int = 4, policy: PublishPolicy | None = None,
+    def __init__(self, table: Any, send: SendFn, *, max_inflight: int = 4, flush_interval: float = 0.0,
+                 policy: PublishPolicy | None = None,
                  on_durable: Callable[[BatchResult, float], None] | None = None,
                  on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
                  on_retry: Callable[[Outgoing, BaseException], None] | None = None,
@@ -80,6 +88,7 @@ class Committer:
         self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
         self.send = send
         self.max_inflight = max_inflight
+        self.flush_interval = flush_interval
         self.policy = policy or PublishPolicy()
         self.on_durable = on_durable
         self.on_dropped = on_dropped
@@ -87,8 +96,12 @@ class Committer:
         self.shrink_dead_letter = shrink_dead_letter
         self.pending: dict[tuple[int, bytes], RunValue | None] = {}
         self.stopping = False
-        self._tail: asyncio.Future | None = None
-        self._inflight: collections.deque = collections.deque()
+        self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
+        self._delivered_tail: asyncio.Future | None = None  # the last batch's step 3
+        self._inflight: collections.deque = collections.deque()  # step-3 futures: the in-flight bound
+        self._unwritten: dict[tuple[int, bytes], bytes | None] = {}  # what the next flush writes
+        self._next_flush: asyncio.Future | None = None  # the flush that batches now join
+        self._last_flush: asyncio.Future | None = None  # flushes run one after another
 
     def read(self, partition: int, key: bytes) -> RunValue | None:
         """A run's value as the next batch must see it: not yet durable values first."""
@@ -105,8 +118,8 @@ class Committer:
             return None
 
     async def submit(self, result: BatchResult) -> "asyncio.Future[None]":
-        """Steps 1-2 now; returns the future of steps 3-4 (done = ack the batch's records)."""
-        writes: list[tuple[int, bytes, bytes | None]] = []
+        """Steps 1-2 now; returns the future of steps 3-5 (done = ack the batch's records)."""
+        writes: dict[tuple[int, bytes], bytes | None] = {}
         staged: list[tuple[tuple[int, bytes], RunValue | None]] = []
         pending = self.pending
         for slot, value in result.writes.items():
@@ -115,14 +128,16 @@ class Committer:
             except Exception:  # e.g. a string the codec cannot hold: lose that run's state, not the stream
                 log.exception("run value at %s not encodable; dropping that run's state", slot)
                 encoded, value = None, None
-            writes.append((slot[0], slot[1], encoded))
+            writes[slot] = encoded
             pending[slot] = value
             staged.append((slot, value))
         first = [(out, await self._start(out)) for out in result.outgoing]
-        done = asyncio.ensure_future(self._complete(self._tail, first, writes, staged, result))
+        delivered = asyncio.ensure_future(self._delivered(self._delivered_tail, first, writes))
+        self._delivered_tail = delivered
+        done = asyncio.ensure_future(self._complete(delivered, self._tail, staged, result))
         self._tail = done
         inflight = self._inflight
-        inflight.append(done)
+        inflight.append(delivered)
         while inflight and inflight[0].done():
             inflight.popleft()
         while len(inflight) > self.max_inflight:
@@ -183,14 +198,35 @@ class Committer:
                 backoff = min(p.backoff_max, backoff * 2)
                 attempt = await self._start(out)
 
-    async def _complete(self, previous: "asyncio.Future[None] | None", first: list, writes: list,
-                        staged: list, result: BatchResult) -> None:
+    async def _delivered(self, previous: "asyncio.Future | None", first: list,
+                         writes: dict) -> "tuple[asyncio.Future, float]":
+        """Step 3: in batch order, await the deliveries, then join the next flush; returns (flush, time)."""
         if previous is not None:
             await previous  # batch order; a failed predecessor fails this one too
         if first:
             await asyncio.gather(*(self._deliver(out, fut) for out, fut in first))
         delivered_at = time.time()
-        await self.table.write(writes)
+        self._unwritten.update(writes)  # a later batch's value of a run replaces an earlier one's
+        if self._next_flush is None:
+            self._next_flush = asyncio.ensure_future(self._flush(self._last_flush))
+            self._last_flush = self._next_flush
+        return self._next_flush, delivered_at
+
+    async def _flush(self, previous: "asyncio.Future | None") -> None:
+        """Step 4: after ``flush_interval``, write what the batches since the last flush left (in order)."""
+        await asyncio.sleep(self.flush_interval)
+        self._next_flush = None  # batches delivered from now on join the next flush
+        items, self._unwritten = self._unwritten, {}
+        if previous is not None:
+            await previous  # a failed flush fails the later ones: never a newer value over a lost older one
+        await self.table.write([(slot[0], slot[1], value) for slot, value in items.items()])
+
+    async def _complete(self, delivered: asyncio.Future, previous: "asyncio.Future[None] | None",
+                        staged: list, result: BatchResult) -> None:
+        flush, delivered_at = await delivered
+        await flush
+        if previous is not None:
+            await previous  # acks in batch order
         pending = self.pending
         for slot, value in staged:
             if slot in pending and pending[slot] is value:

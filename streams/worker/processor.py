@@ -46,7 +46,7 @@ class RunProcessor:
                              ack_timeout=settings.ack_timeout)
         dead_topic = settings.dead_letter_topic
         self.committer = Committer(
-            table, send, on_durable=self._count,
+            table, send, flush_interval=settings.state_flush_interval, on_durable=self._count,
             on_dropped=lambda out, exc: metrics.publish_dropped.labels(out.topic).inc(),
             on_retry=lambda out, exc: metrics.publish_retries.labels(out.topic).inc(),
             shrink_dead_letter=lambda out: without_raw(out) if out.topic == dead_topic else None,

@@ -37,7 +37,7 @@ class Settings(SecuritySettings, kw_only=True):
     replicas: int = 1
     data_dir: str = "./loopwarden-data"
     store: str = "rocksdb://"
-    rocksdb_write_buffer_mb: int = 64
+    rocksdb_write_buffer_mb: int = 8
     rocksdb_block_cache_mb: int = 8
     config: str | None = None
     host: str = "127.0.0.1"
@@ -48,6 +48,7 @@ class Settings(SecuritySettings, kw_only=True):
     batch_max: int = 2000
     batch_within: float = 0.005
     commit_interval: float = 1.0
+    state_flush_interval: float = 0.5
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
     max_event_bytes: int = 1_048_576
@@ -123,6 +124,9 @@ HELP: dict[str, str] = {
     "host": "HTTP bind address of /metrics, /healthz, /readyz",
     "port": "HTTP port of /metrics, /healthz, /readyz",
     "processing_guarantee": "at_least_once (exactly_once needs a broker with transactions; not Tansu)",
+    "state_flush_interval": "seconds between writes of run states (RocksDB + changelog): a run touched by many "
+                            "batches is written once per interval; verdicts never wait for it, offsets commit "
+                            "after it (keep it below the commit interval)",
     "fetch_wait_ms": "consumer fetch_max_wait_ms (Faust hard-codes 1500; lower = less latency)",
     "linger_ms": "producer linger in ms (verdicts and changelog)",
     "batch_max": "max events processed as one batch (one table write per run per batch)",

@@ -254,3 +254,57 @@ async def test_dead_letter_too_large_is_resent_without_its_raw_bytes():
     letter = msgspec.json.decode(value, type=DeadLetter)
     assert topic == "dlq" and key == b"k" and letter.raw == b"" and "5000 bytes" in letter.detail
     assert letter.reason == "bad_json" and letter.offset == 0
+
+
+# -- Committer: state flushes that span batches ---------------------------------------------------
+
+async def test_a_flush_writes_each_run_once_for_all_batches_that_touched_it():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, flush_interval=0.05)
+    b1 = await c.submit(apply_batch(loop_records(1), c.read, ENABLED, LIMITS))
+    b2 = await c.submit(apply_batch(loop_records(1, start_offset=2), c.read, ENABLED, LIMITS))
+    await asyncio.gather(b1, b2)
+    assert [entry for entry in table.log if entry.startswith("write")] == ["write:1"]  # not one per batch
+    (raw,) = table.data.values()
+    assert decode_value(raw).offset == 3  # the later batch's value
+    assert c.pending == {}
+
+
+async def test_verdicts_go_out_at_once_and_the_ack_waits_for_the_flush():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, flush_interval=0.2)
+    done = await c.submit(apply_batch([Rec("ev", 0, 0, b"r", call(0, "r", gated=True))], c.read, ENABLED, LIMITS))
+    await asyncio.sleep(0.05)
+    assert [t for t, _k, _v in send.sent] == ["ctl"] and table.log == ["delivered:ctl"]  # the allow is out
+    assert not done.done() and table.data == {}  # the state is not written yet: not acked
+    await asyncio.wait_for(done, 1)
+    assert table.log == ["delivered:ctl", "write:1"]
+
+
+async def test_batches_waiting_for_a_flush_do_not_count_against_the_inflight_bound():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, max_inflight=1, flush_interval=0.5)
+    futures = []
+    for i in range(4):  # delivered at once: each only waits for the flush, so submit never blocks
+        futures.append(await asyncio.wait_for(
+            c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r"))], c.read, ENABLED, LIMITS)), 0.3))
+    assert not any(f.done() for f in futures)
+    await asyncio.wait_for(asyncio.gather(*futures), 2)
+    assert table.log.count("write:1") == 1
+
+
+async def test_a_failed_flush_fails_its_batches_and_every_later_one():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, flush_interval=0.02)
+    table.fail_next_write = True
+    b1 = await c.submit(apply_batch(loop_records(1), c.read, ENABLED, LIMITS))
+    await asyncio.sleep(0.1)  # the first flush fails
+    b2 = await c.submit(apply_batch(loop_records(1, start_offset=2, run="r2"), c.read, ENABLED, LIMITS))
+    for fut in (b1, b2):
+        with pytest.raises(RuntimeError):
+            await fut
+    assert table.data == {}  # r2's later flush did not land over r1's lost one
