@@ -148,7 +148,7 @@ class FleetConfig:
     :meth:`with_override`, so a worker can swap it atomically.
     """
 
-    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache")
+    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache", "_fleet_wide")
 
     def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None,
                  global_ext: dict | None = None, agent_ext: dict[str, dict | None] | None = None):
@@ -159,6 +159,7 @@ class FleetConfig:
         self.agent_ext = {normalize_agent_id(k): v for k, v in (agent_ext or {}).items() if isinstance(v, dict)}
         self._cache: dict[str, ResolvedConfig] = {}
         self._ext_cache: dict[str, Extensions] = {}
+        self._fleet_wide: bool | None = None
 
     @classmethod
     def from_document(cls, doc: Any) -> "FleetConfig":
@@ -204,6 +205,18 @@ class FleetConfig:
                 cached = resolve_extensions(overlay_extensions(self.global_ext, agent))[0]
             self._ext_cache[agent_id] = cached
         return cached
+
+    def fleet_wide(self) -> bool:
+        """Whether any agent has a fleet-wide extension on (``incidents`` or ``crossRun``); when none
+        has, the worker skips the fleet hooks per event altogether."""
+        if self._fleet_wide is None:
+            if self.global_ext is None and not self.agent_ext:
+                self._fleet_wide = False
+            else:
+                blocks = [None, *self.agent_ext.values()]  # None: an agent without a block of its own
+                resolved = (resolve_extensions(overlay_extensions(self.global_ext, b))[0] for b in blocks)
+                self._fleet_wide = any(e.incidents.enabled or e.cross_run.enabled for e in resolved)
+        return self._fleet_wide
 
     def problems(self) -> list[str]:
         """What in the ``loopwarden`` blocks was ignored, and why."""

@@ -109,7 +109,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
                                               "fetcher": fetcher_service(app)})
     fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
         tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]})
-    processor.stepper, processor.after_step = fleet_rt.step, fleet_rt.after_step
+    processor.hooks = fleet_rt.hooks
     rt = Runtime(s, metrics, feed, runtable, processor, health)
 
     @app.timer(min(1.0, s.stall_timeout / 4))

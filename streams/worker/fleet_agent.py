@@ -92,6 +92,13 @@ class FleetRuntime:
 
     # -- run side (called by the batch path, per applied event) -----------------------------------
 
+    def hooks(self, fleet: FleetConfig) -> tuple[Any, Any]:
+        """The batch path's (stepper, after_step) for one batch: the plain step and no signals while no
+        incident is open and no agent has a fleet extension on (the common case pays nothing per event)."""
+        if not self.board and not fleet.fleet_wide():
+            return default_step, None
+        return self.step, self.after_step
+
     def step(self, state: RunState | None, event: Event, fleet: FleetConfig) -> StepResult:
         """``step()`` plus the fleet response while an incident is open (else exactly the default step)."""
         if not self.board:

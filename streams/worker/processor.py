@@ -38,8 +38,8 @@ class RunProcessor:
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
-        self.stepper = default_step  # hooks of the fleet extensions (streams.worker.fleet_agent)
-        self.after_step: Any = None
+        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks (streams.worker.fleet_agent)
+        self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (default_step, None)
         self.limits = Limits(control_topic=settings.control_topic, shadow_topic=settings.shadow_topic,
                              dead_letter_topic=settings.dead_letter_topic,
                              max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth,
@@ -55,8 +55,10 @@ class RunProcessor:
     async def process(self, messages: Iterable[Any]) -> "asyncio.Future[None]":
         """Apply a batch; return a future that is done once the batch is durable (then ack it)."""
         async with self.lock:
-            result = apply_batch(messages, self.committer.read, self.fleet(), self.limits, self.metrics.tool,
-                                 stepper=self.stepper, after_step=self.after_step)
+            fleet = self.fleet()
+            stepper, after_step = self.hooks(fleet)
+            result = apply_batch(messages, self.committer.read, fleet, self.limits, self.metrics.tool,
+                                 stepper=stepper, after_step=after_step)
             self.positions.update(result.positions)
             return await self.committer.submit(result)
 

@@ -40,3 +40,20 @@ def test_live_override_keeps_extensions_unless_given():
     assert bare.extensions("a").shadow is True and bare.resolve("a").enabled
     switched = bare.with_override("a", None, {"shadow": False})
     assert switched.extensions("a").shadow is False and switched.extensions("b").shadow is True
+
+
+def test_fleet_wide_says_whether_any_agent_has_incidents_or_cross_run_on():
+    from schemas.config import FleetConfig
+
+    def wide(doc: dict) -> bool:
+        return FleetConfig.from_document(doc).fleet_wide()
+
+    assert not wide({})
+    assert not wide({"loopwarden": {"shadow": True, "escalation": {"afterBlocks": 2}}})  # run-local only
+    assert wide({"loopwarden": {"incidents": {"enabled": True}}})
+    assert wide({"agents": {"list": [{"id": "a"}, {"id": "b", "loopwarden": {"crossRun": {"enabled": True}}}]}})
+    # on globally, off for the one listed agent: the others still join
+    assert wide({"loopwarden": {"crossRun": {"enabled": True}},
+                 "agents": {"list": [{"id": "a", "loopwarden": {"crossRun": {"enabled": False}}}]}})
+    off = FleetConfig.from_document({})
+    assert off.with_override("a", None, {"incidents": {"enabled": True}}).fleet_wide()  # a live override counts
