@@ -90,6 +90,7 @@ class BatchResult(msgspec.Struct, kw_only=True):
     writes: dict[tuple[int, bytes], RunValue | None]  # (partition, table key) -> new value
     positions: dict[int, int]  # partition -> last offset seen
     counts: Counts
+    records: int = 0  # records in the batch (the consumer holds them until the batch is durable)
 
 
 ReadFn = Callable[[int, bytes], "RunValue | None"]  # (partition, table key) -> value before this batch
@@ -197,8 +198,9 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     writes: dict[tuple[int, bytes], RunValue | None] = {}
     positions: dict[int, int] = {}
     control, shadow_topic = limits.control_topic, limits.shadow_topic
+    n = 0
 
-    for msg in records:
+    for n, msg in enumerate(records, 1):
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
         positions[partition] = offset
         try:
@@ -281,4 +283,4 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             counts.verdicts[("allow", "none", "enforce")] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)),
                                      source, event.ts))
-    return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts)
+    return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts, records=n)

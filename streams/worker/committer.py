@@ -24,7 +24,10 @@ So a state that is durable always has its verdicts durable too; a crash
 before step 5 replays the events onto the old state and republishes the
 same verdicts under the same ``verdict_id``. Verdicts never wait for a
 flush. At most ``max_inflight`` batches are between step 2 and step 3 at
-once; batches waiting for a flush do not hold up the next fetch.
+once, so a slow broker holds up the next fetch; batches waiting only for a
+flush do not, up to ``max_unflushed`` records not yet durable (the
+consumer keeps them, and ``pending`` their runs), so writes slower than
+the fetches still hold the fetch loop back instead of filling memory.
 
 A publish that fails is retried with capped exponential backoff and the
 batch stays unacked: a broker outage only delays. A record that can never
@@ -80,6 +83,7 @@ class Committer:
     """Owns ``pending`` and the completion chain; one per worker process."""
 
     def __init__(self, table: Any, send: SendFn, *, max_inflight: int = 4, flush_interval: float = 0.0,
+                 max_unflushed: int = 10_000,
                  policy: PublishPolicy | None = None,
                  on_durable: Callable[[BatchResult, float], None] | None = None,
                  on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
@@ -89,6 +93,7 @@ class Committer:
         self.send = send
         self.max_inflight = max_inflight
         self.flush_interval = flush_interval
+        self.max_unflushed = max_unflushed
         self.policy = policy or PublishPolicy()
         self.on_durable = on_durable
         self.on_dropped = on_dropped
@@ -99,6 +104,8 @@ class Committer:
         self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
         self._delivered_tail: asyncio.Future | None = None  # the last batch's step 3
         self._inflight: collections.deque = collections.deque()  # step-3 futures: the in-flight bound
+        self._unflushed: collections.deque = collections.deque()  # (step-5 future, records) not yet durable
+        self._unflushed_records = 0
         self._unwritten: dict[tuple[int, bytes], bytes | None] = {}  # what the next flush writes
         self._next_flush: asyncio.Future | None = None  # the flush that batches now join
         self._last_flush: asyncio.Future | None = None  # flushes run one after another
@@ -144,7 +151,18 @@ class Committer:
             await asyncio.shield(inflight[0])
             while inflight and inflight[0].done():
                 inflight.popleft()
+        self._unflushed.append((done, result.records))
+        self._unflushed_records += result.records
+        self._forget_durable()
+        while self._unflushed_records > self.max_unflushed and len(self._unflushed) > 1:
+            await asyncio.shield(self._unflushed[0][0])
+            self._forget_durable()
         return done
+
+    def _forget_durable(self) -> None:
+        unflushed = self._unflushed
+        while unflushed and unflushed[0][0].done():
+            self._unflushed_records -= unflushed.popleft()[1]
 
     async def drain(self) -> None:
         """Wait until every batch submitted so far is durable."""

@@ -308,3 +308,18 @@ async def test_a_failed_flush_fails_its_batches_and_every_later_one():
         with pytest.raises(RuntimeError):
             await fut
     assert table.data == {}  # r2's later flush did not land over r1's lost one
+
+
+async def test_batches_not_yet_flushed_are_bounded_by_their_records():
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, flush_interval=0.3, max_unflushed=5)
+    batch = lambda i: apply_batch([Rec("ev", 0, 2 * i, b"r", call(i, "r")),
+                                   Rec("ev", 0, 2 * i + 1, b"r", result(i, "r"))], c.read, ENABLED, LIMITS)
+    first = [await asyncio.wait_for(c.submit(batch(i)), 0.2) for i in range(2)]  # 4 records: room left
+    third = asyncio.ensure_future(c.submit(batch(2)))  # 6 > 5: waits for the oldest to be durable
+    await asyncio.sleep(0.1)
+    assert not third.done() and not any(f.done() for f in first)
+    await asyncio.wait_for(third, 2)
+    assert all(f.done() for f in first)
+    await asyncio.wait_for(third.result(), 2)
