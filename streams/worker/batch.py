@@ -197,25 +197,34 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
     writes: dict[tuple[int, bytes], RunValue | None] = {}
     positions: dict[int, int] = {}
+    # (agent, session, run) -> (Kafka key, table key): both derive from those three ids alone, so they
+    # are worked out once per run per batch, not per event.
+    keys: dict[tuple[str, str | None, str | None], tuple[bytes, bytes]] = {}
     control, shadow_topic = limits.control_topic, limits.shadow_topic
+    max_bytes, max_depth = limits.max_event_bytes, limits.max_depth
+    types = counts.types
     n = 0
 
     for n, msg in enumerate(records, 1):
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
         positions[partition] = offset
         try:
-            event = screen(raw, limits.max_event_bytes, limits.max_depth)
+            event = screen(raw, max_bytes, max_depth)
         except EventDecodeError as exc:
             counts.dead[exc.reason] += 1
             outgoing.append(Outgoing(limits.dead_letter_topic, key,
                                      dead_letter_value(exc, topic, partition, offset, raw),
                                      f"{topic}:{partition}:{offset}"))
             continue
-        counts.types[_TAGS[type(event)]] += 1
-        rkey = run_key(event).encode()
+        types[_TAGS[type(event)]] += 1
+        ids = (event.agent_id, event.session_id, event.run_id)
+        known = keys.get(ids)
+        if known is None:
+            known = keys[ids] = (run_key(event).encode(), state_key(event))
+        rkey = known[0]
         if key is not None and key != rkey:
             counts.misrouted += 1
-        slot = (partition, state_key(event))
+        slot = (partition, known[1])
         if slot in values:
             value = values[slot]
         else:
