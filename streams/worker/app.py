@@ -162,8 +162,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     async def expire_runs() -> None:
         if app.rebalancing:
             return
-        async with processor.lock:
-            await processor.expire(rt.assigned(app))
+        await processor.expire(rt.assigned(app))  # takes the batch lock a chunk at a time
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

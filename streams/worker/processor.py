@@ -4,8 +4,8 @@
 time, in fetch order) and returns the future that is done once the batch is
 durable; the consumer acks the batch's records only then. The order of
 effects that crash safety rests on is spelled out in
-:mod:`streams.worker.committer`; expiry of idle runs runs under the same
-lock after draining, so it never races a batch in flight.
+:mod:`streams.worker.committer`; the expiry sweep of idle runs takes the
+same lock a chunk at a time and never drops a run a batch has just touched.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from streams.worker.batch import BatchResult, Limits, apply_batch, default_step
 from streams.worker.committer import Committer, SendFn
 from streams.worker.metrics import Metrics
 from streams.detection import enforcement
-from streams.worker.runcodec import decode_value, encode_value
+from streams.worker.runcodec import RunValue, decode_value, encode_value
 from streams.worker.runtable import RunTable
 from streams.worker.screening import without_raw
 from streams.worker.settings import Settings
@@ -104,35 +104,67 @@ class RunProcessor:
             if out.event_ts is not None:
                 observe(max(0.0, delivered_at - out.event_ts))
 
-    async def expire(self, owned_partitions: set[int], now: float | None = None) -> tuple[int, int]:
-        """Drop idle runs and old ended-run markers; return (expired, active runs left)."""
-        await self.drain()  # under the lock: no batch in flight, the committer's ``pending`` is empty
+    async def expire(self, owned_partitions: set[int], now: float | None = None,
+                     chunk: int = 2000) -> tuple[int, int]:
+        """Drop idle runs and old ended-run markers; return (expired, active runs left).
+
+        The sweep takes the batch lock for ``chunk`` table entries at a time, so a worker holding
+        100k runs does not stop its stream for the whole scan. Between chunks batches go on: a run
+        with a value not yet flushed (``pending``) was touched just now and is skipped, and a run
+        the scan found idle is looked up again before it is dropped (the scan reads a snapshot).
+        """
         now = time.time() if now is None else now
-        s = self.settings
-        active = 0
-        drop: list[tuple[int, bytes, bytes | None]] = []
+        active = expired = 0
         unacked: dict[str, int] = {}
-        for partition, key, raw in list(self.table.owned_items(owned_partitions)):
-            try:
-                value = decode_value(raw)
-            except msgspec.DecodeError:
-                drop.append((partition, key, None))
-                continue
-            ttl = s.run_ttl if value.state is not None else s.ended_ttl
-            if now - value.touched > ttl:
-                drop.append((partition, key, None))
-            elif value.state is not None:
-                active += 1
-                late = enforcement.overdue(value.state, now, s.ack_timeout)
-                if late:  # the sweep is the deadline of runs that went quiet: write the state back
-                    for action in late:
-                        unacked[action] = unacked.get(action, 0) + 1
-                    drop.append((partition, key, encode_value(value)))
-        await self.table.write(drop)
+        entries = iter(self.table.owned_items(owned_partitions))
+        pending = self.committer.pending
+        while True:
+            async with self.lock:
+                writes: list[tuple[int, bytes, bytes | None]] = []
+                scanned = 0
+                for partition, key, raw in entries:
+                    scanned += 1
+                    slot = (partition, key)
+                    if slot in pending:
+                        active += pending[slot] is not None
+                    else:
+                        verdict, value, late = self._judge(raw, now)
+                        if verdict != "keep":
+                            current = self.table.get(partition, key)
+                            if current != raw:  # written since the scan's snapshot
+                                verdict, value, late = self._judge(current, now) if current else ("gone", None, [])
+                        if verdict == "drop":
+                            writes.append((partition, key, None))
+                            expired += 1
+                        elif verdict in ("keep", "rewrite"):
+                            active += value is not None and value.state is not None
+                        if verdict == "rewrite":  # the sweep is the deadline of runs that went quiet
+                            writes.append((partition, key, encode_value(value)))
+                            for action in late:
+                                unacked[action] = unacked.get(action, 0) + 1
+                    if scanned >= chunk:
+                        break
+                await self.table.write(writes)
+            if scanned < chunk:
+                break
+            await asyncio.sleep(0)  # let batches in between chunks
         for action, n in unacked.items():
             self.metrics.unacked.labels(action).inc(n)
-        expired = sum(1 for item in drop if item[2] is None)
         if expired:
             self.metrics.expired_runs.inc(expired)
         self.metrics.active_runs.set(active)
         return expired, active
+
+    def _judge(self, raw: bytes, now: float) -> tuple[str, RunValue | None, list[str]]:
+        """One stored run: ``drop`` (idle past its TTL, or undecodable), ``rewrite`` (verdicts it awaited
+        went overdue: taken out, their actions returned) or ``keep``."""
+        s = self.settings
+        try:
+            value = decode_value(raw)
+        except msgspec.DecodeError:
+            return "drop", None, []
+        ttl = s.run_ttl if value.state is not None else s.ended_ttl
+        if now - value.touched > ttl:
+            return "drop", value, []
+        late = enforcement.overdue(value.state, now, s.ack_timeout) if value.state is not None else []
+        return ("rewrite" if late else "keep"), value, late

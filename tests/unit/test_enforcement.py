@@ -181,6 +181,9 @@ def test_the_expiry_sweep_counts_overdue_verdicts_of_quiet_runs_once():
         def owned_items(self, parts):
             return [(p, k, v) for (p, k), v in self.data.items()]
 
+        def get(self, p, k):
+            return self.data.get((p, k))
+
         async def write(self, items):
             for p, k, v in items:
                 if v is None:

@@ -1,0 +1,93 @@
+"""The expiry sweep: idle runs dropped a chunk at a time, never a run that a batch has just touched."""
+
+from __future__ import annotations
+
+import asyncio
+
+from schemas.config import FleetConfig
+from streams.detection.state import RunState
+from streams.worker.metrics import Metrics
+from streams.worker.processor import RunProcessor
+from streams.worker.runcodec import RunValue, decode_value, encode_value
+from streams.worker.settings import Settings
+
+
+class Table:
+    """The run table's interface in memory; ``owned_items`` is a snapshot, as RocksDB's scan is."""
+
+    def __init__(self, values: dict) -> None:
+        self.data = {slot: encode_value(v) for slot, v in values.items()}
+
+    def owned_items(self, partitions):
+        return [(p, k, v) for (p, k), v in list(self.data.items()) if p in partitions]
+
+    def get(self, p, k):
+        return self.data.get((p, k))
+
+    async def write(self, items):
+        for p, k, v in items:
+            if v is None:
+                self.data.pop((p, k), None)
+            else:
+                self.data[(p, k)] = v
+
+
+def idle(i: int, touched: float = 0.0) -> tuple[tuple[int, bytes], RunValue]:
+    return (0, f"run-{i}".encode()), RunValue(offset=i, touched=touched, state=RunState())
+
+
+def processor(table: Table) -> RunProcessor:
+    return RunProcessor(Settings(run_ttl=10.0), Metrics(), table, None, lambda: FleetConfig())
+
+
+def test_a_sweep_releases_the_batch_lock_between_chunks():
+    table = Table(dict(idle(i) for i in range(5000)))
+    proc = processor(table)
+    turns = []
+
+    async def batches():
+        while True:
+            async with proc.lock:
+                turns.append(len(table.data))
+            await asyncio.sleep(0)
+
+    async def go():
+        other = asyncio.ensure_future(batches())
+        await asyncio.sleep(0)
+        result = await proc.expire({0}, now=100.0, chunk=1000)
+        other.cancel()
+        return result
+
+    assert asyncio.run(go()) == (5000, 0)
+    assert table.data == {}
+    assert {4000, 3000, 2000, 1000} <= set(turns)  # a batch got the lock after each chunk
+
+
+def test_a_run_written_after_the_scan_began_is_not_dropped():
+    table = Table(dict(idle(i) for i in range(3000)))
+    proc = processor(table)
+    fresh = encode_value(RunValue(offset=99, touched=95.0, state=RunState()))
+
+    async def go():
+        async def touch_late_run():
+            while len(table.data) == 3000:  # once the first chunk is gone: run-2500 was in the snapshot as idle
+                await asyncio.sleep(0)
+            table.data[(0, b"run-2500")] = fresh  # a batch's flush: the run is alive again
+
+        toucher = asyncio.ensure_future(touch_late_run())
+        result = await proc.expire({0}, now=100.0, chunk=1000)
+        await toucher
+        return result
+
+    expired, active = asyncio.run(go())
+    assert (expired, active) == (2999, 1)
+    assert list(table.data) == [(0, b"run-2500")] and decode_value(table.data[(0, b"run-2500")]).offset == 99
+
+
+def test_runs_with_values_not_yet_flushed_stay_and_count_as_active():
+    slot, value = idle(1)
+    table = Table({slot: value})
+    proc = processor(table)
+    proc.committer.pending[slot] = RunValue(offset=5, touched=99.0, state=RunState())  # staged, not flushed
+    assert asyncio.run(proc.expire({0}, now=100.0)) == (0, 1)
+    assert slot in table.data
