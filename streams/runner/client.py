@@ -85,6 +85,7 @@ class LoopClient:
         self.stats = ClientStats()
         self._runs: dict[str, _Entry] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future] = {}
+        self._waiting: dict[str, int] = {}  # run key -> gates waiting on it (the listener keeps their verdicts)
         self._seen = RecentIds(self.settings.dedup_size)
         self._producer: AIOKafkaProducer | None = None
         self._listener: VerdictListener | None = None
@@ -101,7 +102,7 @@ class LoopClient:
             bootstrap_servers=s.servers, linger_ms=s.linger_ms, acks=1, enable_idempotence=False,
             request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events", **kafka_auth(s),
         )
-        self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable)
+        self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign)
         try:
             await self._producer.start()
             await self._listener.start()
@@ -297,6 +298,7 @@ class LoopClient:
         waiter_key = (key, call.tool_call_id)
         fut = asyncio.get_running_loop().create_future()
         self._waiters[waiter_key] = fut
+        self._waiting[key] = self._waiting.get(key, 0) + 1
         limit = self.settings.check_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
@@ -321,6 +323,11 @@ class LoopClient:
         finally:
             if self._waiters.get(waiter_key) is fut:
                 del self._waiters[waiter_key]
+            left = self._waiting.get(key, 1) - 1
+            if left > 0:
+                self._waiting[key] = left
+            else:
+                self._waiting.pop(key, None)
         action = verdict.action
         if action == "block":
             stats.blocked += 1
@@ -345,6 +352,14 @@ class LoopClient:
 
     def _on_undecodable(self) -> None:
         self.stats.undecodable += 1
+
+    def _wants(self, record_key: bytes) -> bool:
+        """Whether a control record's key is a run of this client (the listener drops the rest undecoded)."""
+        key = record_key.decode("utf-8", "replace")
+        return key in self._runs or key in self._waiting
+
+    def _on_foreign(self) -> None:
+        self.stats.foreign_dropped += 1
 
     def _on_verdict(self, record_key: bytes | None, verdict: Verdict) -> None:
         stats = self.stats

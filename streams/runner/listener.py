@@ -41,10 +41,15 @@ Handler = Callable[[bytes | None, Verdict], None]
 
 
 class VerdictListener:
-    def __init__(self, settings: ClientSettings, handler: Handler, on_undecodable: Callable[[], None]) -> None:
+    def __init__(self, settings: ClientSettings, handler: Handler, on_undecodable: Callable[[], None],
+                 wants: Callable[[bytes], bool] | None = None, on_foreign: Callable[[], None] | None = None) -> None:
         self.settings = settings
         self.handler = handler
         self.on_undecodable = on_undecodable
+        # The control topic carries the whole fleet's verdicts: a record keyed by a run this runner
+        # does not watch is dropped on its key, before decoding (``on_foreign`` counts it).
+        self.wants = wants
+        self.on_foreign = on_foreign
         self.ready = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
@@ -101,7 +106,7 @@ class VerdictListener:
             except Exception as exc:
                 log.warning("cannot position on %s yet: %r", self.settings.control_topic, exc)
                 await asyncio.sleep(0.5)
-        decode, handler = self._decoder.decode, self.handler
+        decode, handler, wants, on_foreign = self._decoder.decode, self.handler, self.wants, self.on_foreign
         backoff = 0.05
         while True:
             try:
@@ -114,6 +119,10 @@ class VerdictListener:
                 continue
             for records in batches.values():
                 for record in records:
+                    if wants is not None and record.key is not None and not wants(record.key):
+                        if on_foreign is not None:
+                            on_foreign()
+                        continue
                     try:
                         verdict = decode(record.value)
                     except (msgspec.DecodeError, TypeError):

@@ -306,3 +306,38 @@ async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
     await run.end()
     acks = [(e.verdict_id, e.outcome) for e in sent if type(e).__name__ == "VerdictAck"]
     assert acks == [("e", "applied"), ("b", "applied")]
+
+
+async def test_the_listener_drops_other_runs_verdicts_on_their_key_without_decoding():
+    from types import SimpleNamespace
+
+    from schemas.verdicts import encode_verdict
+    from streams.runner.listener import VerdictListener
+
+    client = LoopClient(ClientSettings())  # not started: the listener is fed by hand
+    mine = client.run("a", run_id="r1")
+    got: list[str] = []
+    listener = VerdictListener(ClientSettings(), lambda key, v: got.append(v.verdict_id), client._on_undecodable,
+                               client._wants, client._on_foreign)
+    records = [SimpleNamespace(key=b"r1", value=encode_verdict(verdict("v1", "warn"))),
+               SimpleNamespace(key=b"someone-else", value=b"not even JSON"),  # never decoded
+               SimpleNamespace(key=b"gated", value=encode_verdict(verdict("v2", "allow", run_id="gated"))),
+               SimpleNamespace(key=None, value=encode_verdict(verdict("v3", "warn", run_id="keyless")))]
+    client._waiting["gated"] = 1  # a gate of this client waits on run "gated"
+
+    class Consumer:
+        async def getmany(self, **_kw):
+            if records:
+                batch = {0: list(records)}
+                records.clear()
+                return batch
+            await asyncio.Event().wait()
+
+    listener._consumer = Consumer()
+    listener.ready.set()
+    task = asyncio.ensure_future(listener._run())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    assert got == ["v1", "v2", "v3"]  # a keyless record is decoded and routed by its fields
+    assert (client.stats.foreign_dropped, client.stats.undecodable) == (1, 0)
+    await mine.end()
