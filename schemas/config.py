@@ -148,7 +148,8 @@ class FleetConfig:
     :meth:`with_override`, so a worker can swap it atomically.
     """
 
-    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache", "_fleet_wide")
+    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache", "_fleet_wide",
+                 "_no_block_config")
 
     def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None,
                  global_ext: dict | None = None, agent_ext: dict[str, dict | None] | None = None):
@@ -160,6 +161,9 @@ class FleetConfig:
         self._cache: dict[str, ResolvedConfig] = {}
         self._ext_cache: dict[str, Extensions] = {}
         self._fleet_wide: bool | None = None
+        # What every agent without a block of its own resolves to: one shared object, so the
+        # per-event read of a config stays in cache however many agents the fleet has.
+        self._no_block_config = resolve_block(self.global_block)
 
     @classmethod
     def from_document(cls, doc: Any) -> "FleetConfig":
@@ -187,10 +191,12 @@ class FleetConfig:
         return cls(global_block if isinstance(global_block, dict) else None, agents, doc.get("loopwarden"), ext)
 
     def resolve(self, agent_id: str) -> ResolvedConfig:
+        if not self.agent_blocks:
+            return self._no_block_config  # no per-agent blocks: nothing to look up
         cached = self._cache.get(agent_id)
         if cached is None:
             agent_block = self.agent_blocks.get(normalize_agent_id(agent_id))
-            cached = resolve_block(overlay(self.global_block, agent_block))
+            cached = self._no_block_config if agent_block is None else resolve_block(overlay(self.global_block, agent_block))
             self._cache[agent_id] = cached
         return cached
 

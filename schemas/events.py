@@ -265,4 +265,5 @@ def run_key(event: Event) -> str:
 
 def state_key(event: Event) -> tuple[str, str]:
     """Where a run's state lives: (session key, run scope) (§11.1)."""
-    return session_key(event), run_scope(event.run_id)
+    run_id = event.run_id  # session_key() and run_scope(), inlined: this runs for every event
+    return event.session_id or event.agent_id, js_trim(run_id) if run_id else ""

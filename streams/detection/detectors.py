@@ -115,7 +115,11 @@ def pair_key(sig_a: str, sig_b: str) -> str:
 def decide(h: History, tool: str, sig: str, known_poll: bool, cfg: ResolvedConfig) -> Finding | None:
     """§8: the first matching row of the decision table, or None."""
     args = h.args
-    recent = h.count(sig)
+    if len(args) < cfg.warning_threshold:
+        recent = 0  # below every threshold either way (all are >= warning_threshold); spares the index
+    else:
+        counts = h.__dict__.get("_counts")  # History.count, inlined: this runs for every call
+        recent = (h._index() if counts is None else counts).get(sig, 0)
     # Cheap exits first: most calls have no repeats, no unknown-tool failure
     # just before them and no alternation ending in their signature.
     if (

@@ -22,7 +22,7 @@ from streams.detection import guard as guards
 from streams.detection.buckets import dedup_key, should_emit
 from streams.detection.cost import Charge
 from streams.detection.detectors import decide
-from streams.detection.history import record_call, record_outcome
+from streams.detection.history import record_outcome
 from streams.detection.payloads import HASHER
 from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
 from streams.detection.tools import normalize_tool_name
@@ -40,12 +40,16 @@ class StepResult(NamedTuple):
     charge: Charge | None = None  # usage this event added to a loop (runs whose calls carry usage)
 
 
+# Memo hits probed here without a method call; misses go through HASHER (which never replaces these dicts).
+_known_calls = HASHER.calls.entries.get
+_known_results = HASHER.results.entries.get
 _new = tuple.__new__  # StepResult's generated __new__ is Python code, run once per event
 
 
 def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
-    info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    info = _known_calls((tool, raw)) or HASHER.call_info(tool, raw)
     sig = info.sig
     detections = NO_DETECTIONS
     u = state.usage
@@ -90,7 +94,7 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensi
             if critical and not shadow:
                 return _new(StepResult, (state, detections, False, False, charge))  # §9.3: not executed, not recorded
     if cfg.record_calls:
-        record_call(state.history, tool, sig, event.tool_call_id, cfg.history_size)
+        state.history.push(tool, sig, event.tool_call_id, None, None, cfg.history_size)  # record_call, inlined
         if u is not None:
             if charge is not None:  # this call's usage is in the detection's charge
                 cost.align(u, state.history, True)
@@ -114,12 +118,18 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         state.blocked_without_id -= 1  # §13.3: an id-less blocked call's result, matched by order
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     tool = normalize_tool_name(event.tool_name)
-    info = HASHER.call_info(tool, _EMPTY_PARAMS if event.params is UNSET else bytes(event.params))
-    result = None if event.result is UNSET else bytes(event.result)
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    info = _known_calls((tool, raw)) or HASHER.call_info(tool, raw)
     error = None if event.error is UNSET else bytes(event.error)
-    if error == b"null":
-        error = None
-    result_hash, unknown = HASHER.outcome(tool, info.mode, result, error)
+    if error is None or error == b"null":
+        result = event.result
+        if result is UNSET:
+            return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+        result = bytes(result)
+        known = _known_results((tool == "exec", info.mode, result))
+        result_hash, unknown = known or HASHER.outcome(tool, info.mode, result, None)
+    else:
+        result_hash, unknown = HASHER.outcome(tool, info.mode, None, error)
     if result_hash is None:
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
@@ -127,7 +137,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
     u = state.usage
     if u is not None:
         cost.align(u, state.history, appended)
-    if cfg.guard_enabled:
+    if cfg.guard_enabled and state.guard.remaining > 0:  # an unarmed guard observes nothing (§10.3)
         abort = guards.observe(state.guard, tool, sig, result_hash, cfg.guard_window)
         if abort is not None:
             if ext is not None and ext.shadowed(abort.detector):

@@ -21,7 +21,18 @@ def record_outcome(
 ) -> bool:
     """§6.3 steps 2-5: fill the newest matching pending record, else append a complete one (True)."""
     args, tools, results, call_ids = h.args, h.tools, h.results, h.call_ids
-    for i in range(len(args) - 1, -1, -1):
+    i = len(args) - 1
+    # The usual case first: the result of the call recorded last. Equal signatures imply equal
+    # tools (a signature starts with `<tool>:`), and a pending record's unknown is None
+    # (record_call), so neither column is read or written: each is a cold list in a run's state.
+    if i >= 0 and args[i] == sig and results[i] is None and (not call_id or call_ids[i] == call_id):
+        results[i] = result_hash
+        if unknown is not None:
+            h.unknowns[i] = unknown
+        if i >= history_size:
+            h.trim(history_size)  # §1.8: a smaller historySize applies at the next record
+        return False
+    for i in range(i - 1, -1, -1):
         if (
             args[i] == sig
             and results[i] is None

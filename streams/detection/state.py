@@ -65,15 +65,25 @@ class History(msgspec.Struct, array_like=True, dict=True):
 
     def push(self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None, size: int) -> None:
         """Append a record, then drop the oldest beyond ``size`` (§6.2; §1.8: the size in force now)."""
-        self.tools.append(tool)
-        self.args.append(args)
+        sigs = self.args
         counts = self.__dict__.get("_counts")
         if counts is not None:
             counts[args] = counts.get(args, 0) + 1
+        if len(sigs) == size:  # a full window slides by one: the steady state, without trim()'s slices
+            if counts is not None:
+                oldest = sigs[0]
+                left = counts[oldest] - 1
+                if left:
+                    counts[oldest] = left
+                else:
+                    del counts[oldest]
+            del self.tools[0], sigs[0], self.call_ids[0], self.results[0], self.unknowns[0]
+        self.tools.append(tool)
+        sigs.append(args)
         self.call_ids.append(call_id)
         self.results.append(result)
         self.unknowns.append(unknown)
-        if len(self.args) > size:
+        if len(sigs) > size:
             self.trim(size)
 
     def trim(self, size: int) -> None:

@@ -1,0 +1,71 @@
+"""The engine's fast paths give exactly what the plain rules give.
+
+History: a reference model (a list of records, §6.2/§6.3 written out naively)
+against ``record_call``/``record_outcome``/``History.push`` with their shortcuts
+(the newest pending record checked first, a full window sliding by one).
+Config: agents without a block of their own share the fleet-wide config.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.config import FleetConfig, resolve_block
+from streams.detection.history import record_call, record_outcome
+from streams.detection.state import History
+
+_TOOLS = ("read", "exec", "a:b")  # a colon in a tool name must not make two signatures collide
+
+
+def _model_call(records: list, tool: str, sig: str, call_id: str | None, size: int) -> None:
+    records.append([tool, sig, call_id, None, None])
+    del records[: max(0, len(records) - size)]
+
+
+def _model_outcome(records: list, tool: str, sig: str, call_id: str | None, result: str, unknown: str | None, size: int) -> None:
+    for rec in reversed(records):
+        if rec[1] == sig and rec[3] is None and rec[0] == tool and (not call_id or rec[2] == call_id):
+            rec[3], rec[4] = result, unknown
+            break
+    else:
+        records.append([tool, sig, call_id, result, unknown])
+    del records[: max(0, len(records) - size)]
+
+
+_op = st.tuples(
+    st.booleans(),  # call or outcome
+    st.sampled_from(_TOOLS),
+    st.integers(0, 3),  # params
+    st.sampled_from((None, "", "c1", "c2")),
+    st.sampled_from(("r1", "r2")),
+    st.sampled_from((None, None, "ghost")),
+    st.sampled_from((30, 30, 5, 2, 1)),  # §1.8: the size in force may shrink and grow
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_op, max_size=80))
+def test_history_matches_the_reference_model(ops):
+    h, records = History(), []
+    for is_call, tool, p, call_id, result, unknown, size in ops:
+        sig = f"{tool}:{p}"
+        if is_call:
+            record_call(h, tool, sig, call_id, size)
+            _model_call(records, tool, sig, call_id, size)
+        else:
+            record_outcome(h, tool, sig, call_id, result, unknown, size)
+            _model_outcome(records, tool, sig, call_id, result, unknown, size)
+        assert [list(r) for r in zip(h.tools, h.args, h.call_ids, h.results, h.unknowns)] == records
+        assert all(h.count(s) == h.args.count(s) for s in set(h.args) | {"read:0"})
+
+
+def test_agents_without_a_block_share_the_fleet_wide_config():
+    doc = {"tools": {"loopDetection": {"enabled": True, "historySize": 12}}}
+    fleet = FleetConfig.from_document(doc)
+    assert fleet.resolve("a") is fleet.resolve("b")
+    assert fleet.resolve("a") == resolve_block(doc["tools"]["loopDetection"])
+    doc["agents"] = {"list": [{"id": "x", "tools": {"loopDetection": {"historySize": 7}}}, {"id": "y"}]}
+    fleet = FleetConfig.from_document(doc)
+    assert fleet.resolve("x").history_size == 7 and fleet.resolve("X ").history_size == 7
+    assert fleet.resolve("y") is fleet.resolve("z") and fleet.resolve("z").history_size == 12
