@@ -20,6 +20,7 @@ from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runtable import RunTable
 from streams.kafka.connection import faust_credentials, kafka_auth, servers
+from streams.kafka.producer import RecordProducer
 from streams.worker.settings import Settings
 
 
@@ -34,6 +35,12 @@ class LoopwardenApp(faust.App):
 
     worker_settings: Settings
     batch_route: tuple[str, Any] | None = None  # (topic, handler): that topic's records go to the handler in batches
+    record_producer: RecordProducer | None = None  # verdicts and dead letters, apart from the changelog
+
+    async def on_stop(self) -> None:
+        await super().on_stop()  # Faust's: the consumer, then its producer (changelog) flushed
+        if self.record_producer is not None:
+            await self.record_producer.stop()
 
 
 @dataclass
@@ -103,8 +110,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:
         return await app.producer.send(topic, key, value, partition, None, None)
 
-    runtable = RunTable(table, s.events_topic, send)
-    processor = RunProcessor(s, metrics, runtable, send, lambda: feed.fleet)
+    runtable = RunTable(table, s.events_topic, send)  # the changelog: Faust's producer
+    app.record_producer = RecordProducer(s)
+    processor = RunProcessor(s, metrics, runtable, app.record_producer.send, lambda: feed.fleet)
     health = Health(s.stall_timeout, lambda: {"app": app, "consumer": app.consumer, "producer": app.producer,
                                               "fetcher": fetcher_service(app)})
     fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
