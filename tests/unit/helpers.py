@@ -193,3 +193,26 @@ class Rec(msgspec.Struct):
     offset: int
     key: bytes | None
     value: bytes | None
+
+
+class MemRunTable:
+    """The run table's interface (``owned_items``, ``get``, ``write``) in memory, for the expiry sweep.
+
+    ``data`` maps ``(partition, key)`` to stored bytes; ``owned_items`` is a snapshot, as RocksDB's scan is.
+    """
+
+    def __init__(self, data: dict[tuple[int, bytes], bytes]) -> None:
+        self.data = dict(data)
+
+    def owned_items(self, partitions):
+        return [(p, k, v) for (p, k), v in list(self.data.items()) if p in partitions]
+
+    def get(self, p, k):
+        return self.data.get((p, k))
+
+    async def write(self, items):
+        for p, k, v in items:
+            if v is None:
+                self.data.pop((p, k), None)
+            else:
+                self.data[(p, k)] = v

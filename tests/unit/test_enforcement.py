@@ -15,6 +15,7 @@ from streams.worker.metrics import Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runcodec import encode_value
 from streams.worker.settings import Settings
+from tests.unit.helpers import MemRunTable
 
 LD = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}
 ENABLED = FleetConfig.from_document({"tools": {"loopDetection": LD}})
@@ -175,24 +176,8 @@ def test_the_expiry_sweep_counts_overdue_verdicts_of_quiet_runs_once():
     s.feed(loop(4), now=100.0)
     ((slot, value),) = s.values.items()
 
-    class Table:
-        data = {slot: encode_value(value)}
-
-        def owned_items(self, parts):
-            return [(p, k, v) for (p, k), v in self.data.items()]
-
-        def get(self, p, k):
-            return self.data.get((p, k))
-
-        async def write(self, items):
-            for p, k, v in items:
-                if v is None:
-                    self.data.pop((p, k), None)
-                else:
-                    self.data[(p, k)] = v
-
     async def go():
-        metrics, table = Metrics(), Table()
+        metrics, table = Metrics(), MemRunTable({slot: encode_value(value)})
         proc = RunProcessor(Settings(), metrics, table, None, lambda: ENABLED)
         await proc.expire({0}, now=103.0)
         await proc.expire({0}, now=110.0)

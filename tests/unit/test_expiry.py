@@ -10,38 +10,19 @@ from streams.worker.metrics import Metrics
 from streams.worker.processor import RunProcessor
 from streams.worker.runcodec import RunValue, decode_value, encode_value
 from streams.worker.settings import Settings
-
-
-class Table:
-    """The run table's interface in memory; ``owned_items`` is a snapshot, as RocksDB's scan is."""
-
-    def __init__(self, values: dict) -> None:
-        self.data = {slot: encode_value(v) for slot, v in values.items()}
-
-    def owned_items(self, partitions):
-        return [(p, k, v) for (p, k), v in list(self.data.items()) if p in partitions]
-
-    def get(self, p, k):
-        return self.data.get((p, k))
-
-    async def write(self, items):
-        for p, k, v in items:
-            if v is None:
-                self.data.pop((p, k), None)
-            else:
-                self.data[(p, k)] = v
+from tests.unit.helpers import MemRunTable
 
 
 def idle(i: int, touched: float = 0.0) -> tuple[tuple[int, bytes], RunValue]:
     return (0, f"run-{i}".encode()), RunValue(offset=i, touched=touched, state=RunState())
 
 
-def processor(table: Table) -> RunProcessor:
+def processor(table: MemRunTable) -> RunProcessor:
     return RunProcessor(Settings(run_ttl=10.0), Metrics(), table, None, lambda: FleetConfig())
 
 
 def test_a_sweep_releases_the_batch_lock_between_chunks():
-    table = Table(dict(idle(i) for i in range(5000)))
+    table = MemRunTable({slot: encode_value(v) for slot, v in (idle(i) for i in range(5000))})
     proc = processor(table)
     turns = []
 
@@ -64,7 +45,7 @@ def test_a_sweep_releases_the_batch_lock_between_chunks():
 
 
 def test_a_run_written_after_the_scan_began_is_not_dropped():
-    table = Table(dict(idle(i) for i in range(3000)))
+    table = MemRunTable({slot: encode_value(v) for slot, v in (idle(i) for i in range(3000))})
     proc = processor(table)
     fresh = encode_value(RunValue(offset=99, touched=95.0, state=RunState()))
 
@@ -86,7 +67,7 @@ def test_a_run_written_after_the_scan_began_is_not_dropped():
 
 def test_runs_with_values_not_yet_flushed_stay_and_count_as_active():
     slot, value = idle(1)
-    table = Table({slot: value})
+    table = MemRunTable({slot: encode_value(value)})
     proc = processor(table)
     proc.committer.pending[slot] = RunValue(offset=5, touched=99.0, state=RunState())  # staged, not flushed
     assert asyncio.run(proc.expire({0}, now=100.0)) == (0, 1)
