@@ -6,7 +6,9 @@ incident) into an :class:`IncidentBoard`. With ``block`` on for the run's
 agent, a tool call whose tool has an open incident is blocked once the run's
 window already holds ``blockAfter`` records of that incident's signature; the
 message names the incident. A blocked call is not recorded and its result
-is vetoed, as for OpenClaw's own blocks.
+is vetoed, as for OpenClaw's own blocks. With ``fleet_incident`` shadowed
+(``loopwarden.shadow``) the block is reported with ``shadow`` set and the
+call goes on as if no incident were open.
 """
 
 from __future__ import annotations
@@ -73,12 +75,20 @@ def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext
         event_id = event.event_id
         if not (event_id and event_id in state.seen):  # a repeat: step() reports it
             det = fleet_block(state, event, board, ext)
+            if det is not None and ext.shadowed(det.detector):
+                result = step(state, event, config, ext=ext)  # the run goes on as without the response
+                det.shadow = True
+                return result._replace(detections=(det, *result.detections))
             if det is not None:
                 if event_id:
                     state.seen.append(event_id)
                     del state.seen[:-MAX_SEEN_EVENT_IDS]
                 if event.tool_call_id:  # its result is the veto
                     state.blocked.append(event.tool_call_id)
-                    del state.blocked[:-MAX_BLOCKED_CALLS]
+                    if len(state.blocked) > MAX_BLOCKED_CALLS:
+                        del state.blocked[0]
+                        state.blocked_overflow += 1
+                else:
+                    state.blocked_without_id += 1  # as the engine's blocks: the next id-less result is the veto
                 return StepResult(state, (det,))
     return step(state, event, config, ext=ext)

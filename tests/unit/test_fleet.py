@@ -353,3 +353,36 @@ def test_simulated_outage_opens_one_incident_and_heartbeat_warns():
     # the healthy fleet alone never makes an incident
     plain = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(2000), endless_fleet(10, 0.3, 7))]
     assert fleet_records(doc, plain) == []
+
+
+def test_a_shadowed_fleet_response_reports_its_blocks_and_refuses_nothing():
+    enforce = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3}}}
+    shadow = {"loopwarden": {**enforce["loopwarden"], "shadow": ["fleet_incident"]}}
+    trace = outage_trace(runs=7, calls=5)
+    blocks = [r for r in replay_lines(trace, FleetConfig.from_document(enforce), incidents=True) if "detector" in r]
+    shadowed = [r for r in replay_lines(trace, FleetConfig.from_document(shadow), incidents=True) if "detector" in r]
+    assert blocks and all("shadow" not in r for r in blocks)
+    assert shadowed and all(r["detector"] == "fleet_incident" and r["shadow"] for r in shadowed)
+    # enforced, the 4th and 5th calls are refused and not recorded (both see 3 records); shadowed, the
+    # 4th goes on and its failure is recorded, so the 5th sees 4
+    assert [r["count"] for r in blocks if r["run_id"] == "run6"] == [3, 3]
+    assert [r["count"] for r in shadowed if r["run_id"] == "run6"] == [3, 4]
+
+
+def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_without_one():
+    from schemas.fleet import decode_incident
+    from streams.fleet.response import IncidentBoard, fleet_step
+
+    doc = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3}}}
+    fleet = FleetConfig.from_document(doc)
+    board = IncidentBoard()
+    for record in fleet_records(doc, outage_trace(runs=7, calls=5)):
+        if record["state"] != "resolved":  # the incident as it stood while open
+            board.apply(decode_incident(json.dumps(record).encode()))
+    _, state = drive(failing_run("late", "agent9", 900.0, calls=3), fleet)
+    call = {"type": "tool_call", "agent_id": "agent9", "run_id": "late", "tool_name": "web_search",
+            "params": {"query": "late try 3"}, "ts": 950.0}  # no tool_call_id
+    cfg, ext = fleet.resolve("agent9"), fleet.extensions("agent9")
+    result = fleet_step(state, decode_event(json.dumps(call)), cfg, ext, board)
+    assert [d.detector for d in result.detections] == ["fleet_incident"]
+    assert state.blocked_without_id == 1  # matched by order, as the engine's own blocks
