@@ -14,6 +14,7 @@ needs live in :mod:`streams.internals.faust_table`.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Awaitable, Callable, Iterator
 
 from faust.types import TP
@@ -21,6 +22,7 @@ from faust.types import TP
 from streams.internals.faust_table import PartitionEvents, partition_db, partition_items, rocks_store
 
 SendFn = Callable[..., Awaitable[Any]]  # (topic, key, value, partition) -> delivery future
+YIELD_EVERY = 200  # writes between turns of the event loop during a long write
 
 
 class RunTable:
@@ -49,13 +51,17 @@ class RunTable:
             return
         topic = self.table.changelog_topic_name
         last: dict[int, Any] = {}
-        for partition, key, value in items:
+        for i, (partition, key, value) in enumerate(items, 1):
             db = partition_db(store, partition)
             if value is None:
                 db.delete(key)
             else:
                 db.put(key, value)
             last[partition] = await self.send(topic, key, value, partition)
+            if i % YIELD_EVERY == 0:
+                # A state flush can hold thousands of runs (tens of ms of sends): let the next batch
+                # in between, so verdicts do not wait for the flush to finish.
+                await asyncio.sleep(0)
         for partition, future in last.items():
             future.add_done_callback(self._persisted(store, TP(topic, partition)))
 
