@@ -24,7 +24,7 @@ from streams.detection.cost import Charge
 from streams.detection.detectors import decide
 from streams.detection.history import record_outcome
 from streams.detection.payloads import HASHER
-from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
+from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState, expect_veto
 from streams.detection.tools import normalize_tool_name
 
 _EMPTY_PARAMS = b"{}"
@@ -63,16 +63,8 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensi
             shadow = ext is not None and ext.shadowed(finding.detector)
             critical = finding.level == "critical"
             if critical:
-                if shadow:
-                    pass  # nothing refused, so no veto to expect
-                elif event.tool_call_id:
-                    blocked = state.blocked
-                    blocked.append(event.tool_call_id)
-                    if len(blocked) > MAX_BLOCKED_CALLS:
-                        del blocked[0]
-                        state.blocked_overflow += 1
-                else:
-                    state.blocked_without_id += 1  # matched by order: the next id-less result
+                if not shadow:  # shadowed: nothing refused, so no veto to expect
+                    expect_veto(state, event.tool_call_id, MAX_BLOCKED_CALLS)
                 emitted = True
             else:
                 emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)

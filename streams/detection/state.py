@@ -178,6 +178,20 @@ _WITHOUT_USAGE = len(RunState.__struct_fields__) - 1
 _ESCAPED = b"\x00"
 
 
+def expect_veto(state: RunState, tool_call_id: str | None, limit: int = MAX_BLOCKED_CALLS) -> None:
+    """Note a refused call: its result is the veto (an id-less one matches the run's next id-less result).
+
+    Every block does this, the engine's and the fleet response's alike."""
+    if tool_call_id:
+        blocked = state.blocked
+        blocked.append(tool_call_id)
+        if len(blocked) > limit:
+            del blocked[0]
+            state.blocked_overflow += 1
+    else:
+        state.blocked_without_id += 1
+
+
 def _map_strings(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return fn(value)

@@ -18,7 +18,7 @@ from schemas.events import Event, ToolCall
 from schemas.extensions import Extensions
 from schemas.verdicts import Detection
 from streams.detection.engine import StepResult, step
-from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState
+from streams.detection.state import MAX_SEEN_EVENT_IDS, RunState, expect_veto
 from streams.detection.tools import normalize_tool_name
 from streams.fleet.joins import matching
 from schemas.fleet import Incident
@@ -83,12 +83,6 @@ def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext
                 if event_id:
                     state.seen.append(event_id)
                     del state.seen[:-MAX_SEEN_EVENT_IDS]
-                if event.tool_call_id:  # its result is the veto
-                    state.blocked.append(event.tool_call_id)
-                    if len(state.blocked) > MAX_BLOCKED_CALLS:
-                        del state.blocked[0]
-                        state.blocked_overflow += 1
-                else:
-                    state.blocked_without_id += 1  # as the engine's blocks: the next id-less result is the veto
+                expect_veto(state, event.tool_call_id)
                 return StepResult(state, (det,))
     return step(state, event, config, ext=ext)
