@@ -100,7 +100,7 @@ def _event_ts(value: bytes) -> float | None:
     v = json.loads(value)
     if not (v.get("run_id") or "").startswith("lat-"):
         return None
-    return v.get("event_ts") or (v.get("ts") if "type" in v and v.get("type") == "tool_call" else None)
+    return v.get("event_ts") or (v.get("ts") if v.get("type") == "tool_call" else None)
 
 
 async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> dict:

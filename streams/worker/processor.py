@@ -137,7 +137,7 @@ class RunProcessor:
                             writes.append((partition, key, None))
                             expired += 1
                         elif verdict in ("keep", "rewrite"):
-                            active += value is not None and value.state is not None
+                            active += value.state is not None  # keep/rewrite: a decoded value
                         if verdict == "rewrite":  # the sweep is the deadline of runs that went quiet
                             writes.append((partition, key, encode_value(value)))
                             for action in late:
