@@ -48,10 +48,18 @@ def test_faust_consumer_bookkeeping_attributes_are_set_in_init():
     from faust.transport.consumer import Consumer
 
     source = inspect.getsource(Consumer.__init__)
-    for name in ("_read_offset", "_unacked_messages", "_commit_every"):
+    for name in ("_read_offset", "_unacked_messages", "_commit_every", "_acked", "_acked_index",
+                 "_committed_offset", "_waiting_for_ack"):
         assert f"self.{name}" in source, name
     assert "_n_acked" in Consumer.__annotations__  # a class-level counter, incremented by ack()
     assert "self._n_acked += 1" in inspect.getsource(Consumer.ack)
+    # The bulk ack (test_consumer_acks.py compares it with ack()) takes ack()'s lock and wakes its waiters.
+    from faust.types.tuples import ack_lock
+    from mode.utils.futures import notify
+
+    assert callable(notify) and hasattr(ack_lock, "acquire")
+    ack = inspect.getsource(Consumer.ack)
+    assert "with ack_lock:" in ack and "notify(self._waiting_for_ack)" in ack
 
 
 def test_drain_messages_still_takes_the_fetcher():
