@@ -173,6 +173,9 @@ def after_step(state: RunState | None, event: Any, found: Violation | None, verd
     ids from ``next_id()`` (the worker and ``replay`` share this, so both say the same)."""
     if state is None:
         return []
+    if not verdicts and found is None:  # the usual event of a watched run: nothing published, nothing broken
+        forget_block(state, event)
+        return []
     tool = getattr(event, "tool_name", None) or ""
     extra: list[tuple[str, Detection]] = []
 

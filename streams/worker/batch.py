@@ -171,17 +171,14 @@ def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
 
 
 class _Sampler:
-    """Times ``step()`` for one event in ``every``: the histogram is a sample, the clock calls are not free."""
+    """Times ``step()`` for one event in ``every`` (counted in ``n``): the histogram is a sample,
+    the clock calls are not free."""
 
     __slots__ = ("n", "every")
 
     def __init__(self, every: int = 8) -> None:
         self.n = 0
         self.every = every
-
-    def due(self) -> bool:
-        self.n += 1
-        return self.n % self.every == 0
 
 
 def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, limits: Limits,
@@ -199,10 +196,15 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     positions: dict[int, int] = {}
     # (agent, session, run) -> (Kafka key, table key): both derive from those three ids alone, so they
     # are worked out once per run per batch, not per event.
-    keys: dict[tuple[str, str | None, str | None], tuple[bytes, bytes]] = {}
+    # (agent, session, run) -> (Kafka key, table key, config, extensions): all four derive from those
+    # ids alone (one fleet config per batch), so they are worked out once per run per batch, not per event.
+    keys: dict[tuple[str, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
+    plain = stepper is default_step  # no fleet hooks: step() with the memoized settings, one call less
     control, shadow_topic = limits.control_topic, limits.shadow_topic
     max_bytes, max_depth = limits.max_event_bytes, limits.max_depth
     types = counts.types
+    violation = enforcement.violation
+    tick, every = sampler.n, sampler.every
     n = 0
 
     for n, msg in enumerate(records, 1):
@@ -216,11 +218,14 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
                                      dead_letter_value(exc, topic, partition, offset, raw),
                                      f"{topic}:{partition}:{offset}"))
             continue
-        types[_TAGS[type(event)]] += 1
+        cls = type(event)
+        types[_TAGS[cls]] += 1
         ids = (event.agent_id, event.session_id, event.run_id)
         known = keys.get(ids)
         if known is None:
-            known = keys[ids] = (run_key(event).encode(), state_key(event))
+            agent = event.agent_id
+            known = keys[ids] = (run_key(event).encode(), state_key(event), fleet.resolve(agent),
+                                 fleet.extensions(agent))
         rkey = known[0]
         if key is not None and key != rkey:
             counts.misrouted += 1
@@ -232,12 +237,22 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         if value is not None and offset <= value.offset:
             counts.duplicates += 1  # applied before a crash or rebalance: its verdicts were delivered then
             continue
-        timed = sampler.due()
+        tick += 1
+        timed = not tick % every
         t0 = perf() if timed else 0.0
         try:
-            state_in = value.state if value is not None else None
-            found = enforcement.violation(state_in, event)
-            result = stepper(state_in, event, fleet)
+            if value is None:
+                state_in = found = None
+            else:
+                state_in = value.state
+                # violation() reads only verdict bookkeeping: a run without any skips the call
+                found = (violation(state_in, event) if state_in is not None and (
+                    state_in.enforcement is not None or state_in.blocked or state_in.blocked_without_id)
+                    else None)
+            if plain:
+                result = step(state_in, event, known[2], ext=known[3])
+            else:
+                result = stepper(state_in, event, fleet)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             source = f"{topic}:{partition}:{offset}"
             log.exception("step() failed at %s", source)
@@ -248,7 +263,7 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             continue
         if timed:
             counts.step_seconds.append(perf() - t0)
-        values[slot] = writes[slot] = RunValue(offset=offset, touched=now, state=result.state)
+        values[slot] = writes[slot] = RunValue(offset, now, result.state)
         if result.duplicate:
             counts.duplicates += 1
             continue
@@ -260,11 +275,10 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             counts.loop_tokens[labels] += charge.tokens
             if charge.cost is not None:
                 counts.loop_cost[labels] += charge.cost
-        gated = isinstance(event, ToolCall) and event.await_decision
+        gated = cls is ToolCall and event.await_decision
         extra = after_step(state_in, event, result) if after_step is not None else ()
-        watched = (found is not None or isinstance(event, VerdictAck)  # acks, obedience (enforcement)
-                   or (state_in is not None and state_in.enforcement is not None))
-        if not (result.detections or gated or extra or watched):
+        if not (result.detections or gated or extra or found is not None or cls is VerdictAck
+                or (state_in is not None and state_in.enforcement is not None)):  # acks, obedience: watched
             continue  # the common case: nothing to publish for this event
         source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
         for topic_, key_, value_ in extra:
@@ -292,4 +306,5 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             counts.verdicts[("allow", "none", "enforce")] += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)),
                                      source, event.ts))
+    sampler.n = tick
     return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts, records=n)
