@@ -17,10 +17,13 @@ import logging
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from streams.kafka.connection import kafka_auth, servers
 
 log = logging.getLogger(__name__)
+
+PARTITION_MEMO = 65536  # keys whose partition is remembered; emptied wholesale when full
 
 
 class RecordProducer:
@@ -31,6 +34,8 @@ class RecordProducer:
         self.client_id = client_id
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
+        self._partitioner = DefaultPartitioner()
+        self._partitions: dict[tuple[str, bytes, int], int] = {}
 
     def kwargs(self) -> dict[str, Any]:
         s = self.settings
@@ -41,7 +46,28 @@ class RecordProducer:
     async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> Any:
         """Hand one record over; returns its delivery future."""
         producer = self._producer or await self._start()
+        if partition is None and key is not None:
+            partition = self.partition(producer, topic, key)
         return await producer.send(topic, value, key=key, partition=partition)
+
+    def partition(self, producer: AIOKafkaProducer, topic: str, key: bytes) -> int | None:
+        """The default partitioner's choice for a keyed record, remembered per key.
+
+        aiokafka hashes every keyed record's key with murmur2 in Python; a run's verdicts all
+        carry the run's key. None while the topic's metadata is unknown (aiokafka then waits for
+        it and partitions the record itself); a change in the partition count is a new entry.
+        """
+        parts = producer.client.cluster.partitions_for_topic(topic)
+        if not parts:
+            return None
+        memo = self._partitions
+        slot = (topic, key, len(parts))
+        found = memo.get(slot)
+        if found is None:
+            if len(memo) >= PARTITION_MEMO:
+                memo.clear()
+            found = memo[slot] = self._partitioner(key, sorted(parts), list(parts))
+        return found
 
     async def _start(self) -> AIOKafkaProducer:
         async with self._lock:
