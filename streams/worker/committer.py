@@ -222,7 +222,16 @@ class Committer:
         if previous is not None:
             await previous  # batch order; a failed predecessor fails this one too
         if first:
-            await asyncio.gather(*(self._deliver(out, fut) for out, fut in first))
+            # One wait for every delivery; only one that failed gets a retry loop (a task) of its own.
+            handed = [(out, fut if isinstance(fut, BaseException) else asyncio.ensure_future(fut))
+                      for out, fut in first]
+            futures = [fut for _, fut in handed if not isinstance(fut, BaseException)]
+            if futures:
+                await asyncio.wait(futures)
+            failed = [(out, fut) for out, fut in handed
+                      if isinstance(fut, BaseException) or fut.cancelled() or fut.exception() is not None]
+            if failed:
+                await asyncio.gather(*(self._deliver(out, fut) for out, fut in failed))
         delivered_at = time.time()
         self._unwritten.update(writes)  # a later batch's value of a run replaces an earlier one's
         if self._next_flush is None:
