@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 DETECTOR_NAMES = ("generic_repeat", "known_poll_no_progress", "ping_pong", "unknown_tool_repeat",
-                  "global_circuit_breaker", "compaction_loop_persisted", "fleet_incident")
+                  "global_circuit_breaker", "compaction_loop_persisted", "fleet_incident", "cross_run_repeat")
 
 
 class Incidents(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):

@@ -37,8 +37,12 @@ class SessionRuns(msgspec.Struct, array_like=True):
     warned: list[str] = msgspec.field(default_factory=list)  # run keys
 
 
-def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun) -> tuple[SessionRuns, list[Verdict]]:
+def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun,
+            shadow: bool = False) -> tuple[SessionRuns, list[Verdict]]:
     """Add one finished run; a ``warn`` for each run that is the newest of ``cfg.runs`` equal ones.
+
+    ``shadow`` (``cross_run_repeat`` in the agent's ``loopwarden.shadow``): the warnings are marked
+    so, for the shadow topic instead of the runner's control topic.
 
     Runs of a session end on different partitions, so they may arrive out of
     order: they are kept in end-time order, and a run is warned when it and
@@ -71,7 +75,7 @@ def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun) -> tuple[Se
             detector="cross_run_repeat", count=need, warning_key=f"cross_run_repeat:{fp}",
             message=f"WARNING: this session's last {need} runs repeated the same tool calls with the same results; "
                     "a scheduled task may be redoing work that has no effect.",
-            event_ts=newest.ts, ts=newest.ts))
+            event_ts=newest.ts, ts=newest.ts, shadow=shadow))
     return st, verdicts
 
 

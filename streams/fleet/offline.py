@@ -35,8 +35,9 @@ class FleetSide:
     def receive(self, signal: Signal) -> list[Incident | Verdict]:
         out: list[Incident | Verdict] = list(self.advance(signal.ts))
         if isinstance(signal, FinishedRun):
-            st, verdicts = crossrun.observe(self.sessions.get(signal.session_key), signal,
-                                            self.config.extensions(signal.agent_id).cross_run)
+            ext = self.config.extensions(signal.agent_id)
+            st, verdicts = crossrun.observe(self.sessions.get(signal.session_key), signal, ext.cross_run,
+                                            ext.shadowed("cross_run_repeat"))
             self.sessions[signal.session_key] = st
             return out + verdicts
         cfg = self.config.extensions(GLOBAL_KEY).incidents

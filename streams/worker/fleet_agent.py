@@ -157,16 +157,18 @@ class FleetRuntime:
         if not isinstance(run, FinishedRun):
             return
         stored = self.sessions.get(partition, key)
-        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run,
-                                        self.fleet().extensions(run.agent_id).cross_run)
+        ext = self.fleet().extensions(run.agent_id)
+        shadow = ext.shadowed("cross_run_repeat")  # recorded on the shadow topic; the runner hears nothing
+        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run,
+                                        shadow)
+        topic = self.settings.shadow_topic if shadow else self.settings.control_topic
         deliveries = []
         for verdict in verdicts:
             rkey = key_for(verdict.agent_id, verdict.session_id, verdict.run_id).encode()
-            deliveries.append(await self.send(self.settings.control_topic, rkey,
-                                              _verdict_encoder.encode(_stamped(verdict))))
+            deliveries.append(await self.send(topic, rkey, _verdict_encoder.encode(_stamped(verdict))))
         await asyncio.gather(*deliveries)  # delivered before the session state that warned is written
         for _ in verdicts:
-            self.metrics.verdicts.labels("warn", "cross_run_repeat", "enforce").inc()
+            self.metrics.verdicts.labels("warn", "cross_run_repeat", "shadow" if shadow else "enforce").inc()
         await self.sessions.write([(partition, key, crossrun.encode_state(st))])
 
     async def sweep(self, owned: set[int]) -> None:

@@ -386,3 +386,65 @@ def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_with
     result = fleet_step(state, decode_event(json.dumps(call)), cfg, ext, board)
     assert [d.detector for d in result.detections] == ["fleet_incident"]
     assert state.blocked_without_id == 1  # matched by order, as the engine's own blocks
+
+
+def test_a_shadowed_cross_run_repeat_is_reported_as_shadow():
+    """``cross_run_repeat`` in ``loopwarden.shadow`` (or ``shadow: true``): the same warnings, marked
+    shadow, so the worker records them on the shadow topic and the runner hears nothing."""
+    from streams.devtools.simulate import endless_fleet, with_scenarios
+
+    events = with_scenarios(endless_fleet(6, 0.3, 7), heartbeat=2, every=300)
+    trace = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(1500), events)]
+
+    def warnings(loopwarden: dict) -> list[dict]:
+        return [r for r in fleet_records({"loopwarden": {"crossRun": {"enabled": True}, **loopwarden}}, trace)
+                if r.get("detector") == "cross_run_repeat"]
+
+    enforced = warnings({})
+    assert enforced and not any(r.get("shadow") for r in enforced)
+    for shadow in (["cross_run_repeat"], True):
+        shadowed = warnings({"shadow": shadow})
+        assert [r["verdict_id"] for r in shadowed] == [r["verdict_id"] for r in enforced]
+        assert all(r["shadow"] is True for r in shadowed)
+    assert warnings({"shadow": ["ping_pong"]}) == enforced  # another detector's shadow leaves it enforced
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(shadow):
+    import asyncio
+    import types
+
+    from schemas.fleet import encode as encode_signal
+    from streams.worker.fleet_agent import FleetRuntime
+    from streams.worker.metrics import Metrics
+    from streams.worker.settings import from_sources
+
+    loopwarden = {"crossRun": {"enabled": True}, **({"shadow": ["cross_run_repeat"]} if shadow else {})}
+    fleet = FleetConfig.from_document({"loopwarden": loopwarden})
+    sent, stored = [], {}
+
+    async def send(topic, key, value):
+        sent.append((topic, msgspec.json.decode(value)))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def write(items):
+        stored.update({(p, k): v for p, k, v in items})
+
+    metrics = Metrics(())
+    runtime = types.SimpleNamespace(settings=from_sources({}, environ={}), fleet=lambda: fleet, send=send,
+                                    metrics=metrics, sessions=types.SimpleNamespace(
+                                        get=lambda p, k: stored.get((p, k)), write=write))
+
+    async def go():
+        for i in range(3):
+            run = finished("s", f"r{i}", "fp")
+            await FleetRuntime.on_session(runtime, 0, b"s", encode_signal(run))
+    asyncio.run(go())
+    s = runtime.settings
+    assert [(topic, v["detector"], v.get("shadow", False)) for topic, v in sent] == [
+        (s.shadow_topic if shadow else s.control_topic, "cross_run_repeat", shadow)]
+    mode = "shadow" if shadow else "enforce"
+    assert metrics.registry.get_sample_value(
+        "loopwarden_verdicts_total", {"action": "warn", "detector": "cross_run_repeat", "mode": mode}) == 1
