@@ -23,7 +23,7 @@ from streams.detection.buckets import dedup_key, should_emit
 from streams.detection.cost import Charge
 from streams.detection.detectors import decide
 from streams.detection.history import record_outcome
-from streams.detection.payloads import HASHER
+from streams.detection.payloads import HASHER, CallKey, ResultKey
 from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState, expect_veto
 from streams.detection.tools import normalize_tool_name
 
@@ -49,7 +49,7 @@ _new = tuple.__new__  # StepResult's generated __new__ is Python code, run once 
 def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
-    info = _known_calls((tool, raw)) or HASHER.call_info(tool, raw)
+    info = _known_calls(CallKey(tool, raw)) or HASHER.call_info(tool, raw)
     sig = info.sig
     detections = NO_DETECTIONS
     u = state.usage
@@ -111,17 +111,17 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     tool = normalize_tool_name(event.tool_name)
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
-    info = _known_calls((tool, raw)) or HASHER.call_info(tool, raw)
+    info = _known_calls(CallKey(tool, raw)) or HASHER.call_info(tool, raw)
     error = None if event.error is UNSET else bytes(event.error)
     if error is None or error == b"null":
         result = event.result
         if result is UNSET:
             return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
         result = bytes(result)
-        known = _known_results((tool == "exec", info.mode, result))
-        result_hash, unknown = known or HASHER.outcome(tool, info.mode, result, None)
+        known = _known_results(ResultKey(tool == "exec", info.mode, result)) or HASHER.outcome(tool, info.mode, result, None)
     else:
-        result_hash, unknown = HASHER.outcome(tool, info.mode, None, error)
+        known = HASHER.outcome(tool, info.mode, None, error)
+    result_hash, unknown = known.result_hash, known.unknown
     if result_hash is None:
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig

@@ -69,3 +69,30 @@ def test_agents_without_a_block_share_the_fleet_wide_config():
     fleet = FleetConfig.from_document(doc)
     assert fleet.resolve("x").history_size == 7 and fleet.resolve("X ").history_size == 7
     assert fleet.resolve("y") is fleet.resolve("z") and fleet.resolve("z").history_size == 12
+
+
+def test_payload_memo_entries_are_invisible_to_the_cyclic_gc():
+    """Thousands of memo entries survive between events; as GC-tracked tuples they made the
+    collector run several times as often. Keys and values must stay untracked objects."""
+    import gc
+
+    from schemas.events import decode_event
+    from streams.detection import step
+    from streams.detection.payloads import HASHER
+
+    fleet = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}})
+    HASHER.clear()
+    state = None
+    for raw in (
+        b'{"type":"tool_call","agent_id":"a","run_id":"r","tool_name":"read","tool_call_id":"c1","params":{"path":"x"}}',
+        b'{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":"read","tool_call_id":"c1",'
+        b'"params":{"path":"x"},"result":{"content":[{"type":"text","text":"hi"}]}}',
+        b'{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":"read","params":{"path":"y"},"error":"boom"}',
+    ):
+        state = step(state, decode_event(raw), fleet.resolve("a")).state
+    memos = (HASHER.calls.entries, HASHER.results.entries, HASHER.errors.entries)
+    assert all(memos)
+    for entries in memos:
+        for key, value in entries.items():
+            assert not gc.is_tracked(key) and not gc.is_tracked(value), (key, value)
+    HASHER.clear()
