@@ -154,9 +154,9 @@ def _fast(value: object) -> bytes | None:
     except (UnicodeEncodeError, TypeError, OverflowError):
         return None
     classes = out.translate(_CLASSIFY)
-    if classes.count(48) < 16 or classes.find(_LONG_DIGITS) < 0:
-        if out.isascii() or classes.find(33) < 0:
-            return out
+    # find() skips ~17 bytes at a time through the non-digit classes: cheaper than counting digits first.
+    if classes.find(_LONG_DIGITS) < 0 and (out.isascii() or classes.find(33) < 0):
+        return out
     return None
 
 
