@@ -131,9 +131,15 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     @app.agent(events, name="loopwarden.runs")
     async def runs(stream: Any) -> None:
-        # With the fast path on, the consumer hands this topic's records to process_batch
-        # directly and nothing arrives here; the agent still holds the subscription.
         await feed.loaded.wait()
+        if s.fast_path:
+            # The consumer hands this topic's records to process_batch directly and nothing arrives
+            # here; the agent holds the subscription. Plain iteration sleeps until a record comes
+            # (none does; one would still be processed), where take_events() would wake every
+            # batch_within, 200 times a second, to find none.
+            async for event in stream:
+                await (await processor.process([event.message]))
+            return
         async for batch in stream.take_events(s.batch_max, within=s.batch_within):
             await (await processor.process([event.message for event in batch]))  # acked after this
 
