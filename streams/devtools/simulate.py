@@ -126,9 +126,15 @@ async def publish(bootstrap: str, topic: str, events: Iterator[dict], rate: floa
     return stats
 
 
-def _shares(verdict_id: str) -> tuple[float, float]:
-    """Two independent stable pseudo-random numbers in [0, 1) for one verdict id (same ids, same choices)."""
-    digest = hashlib.blake2b(verdict_id.encode(), digest_size=16).digest()
+def _shares(verdict: dict) -> tuple[float, float]:
+    """Two independent stable pseudo-random numbers in [0, 1) for one verdict.
+
+    Drawn from what the worker decides from the run's own events (run, detector, call, count),
+    not from the verdict id: that names the triggering record's offset, which moves with whatever
+    else the events topic carries, so a rerun of the same fleet acks the same verdicts."""
+    fields = ("run_id", "session_id", "detector", "action", "tool_call_id", "count", "warning_key")
+    key = "|".join(str(verdict.get(f)) for f in fields) if verdict.get("run_id") else verdict["verdict_id"]
+    digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
     return int.from_bytes(digest[:8]) / 2**64, int.from_bytes(digest[8:]) / 2**64
 
 
@@ -147,7 +153,7 @@ def ack_for(verdict: dict, share: float, failed_share: float) -> VerdictAck | No
     verdict_id = verdict.get("verdict_id")
     if not isinstance(verdict_id, str):
         return None
-    acked, fails = _shares(verdict_id)
+    acked, fails = _shares(verdict)
     if acked >= share:
         return None
     failed = fails < failed_share

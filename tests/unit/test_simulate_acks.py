@@ -19,9 +19,10 @@ def test_acks_a_stable_share_of_warn_block_abort_verdicts_and_fails_some():
     assert 0.55 < len(sent) / len(verdicts) < 0.65
     failed = [a for a in sent if a.outcome == "failed"]
     assert 0.2 < len(failed) / len(sent) < 0.3 and all(a.detail for a in failed)
-    again = [ack_for(v, 0.6, 0.25) for v in verdicts]  # depends on the ids only: a rerun acks the same
-    assert [(a.verdict_id, a.outcome) if a else None for a in again] == [
-        (a.verdict_id, a.outcome) if a else None for a in acks]
+    # A rerun of the same fleet acks the same verdicts, even where their ids (offsets) moved.
+    moved = [{**v, "verdict_id": v["verdict_id"].replace(":0:", ":3:", 1)} for v in verdicts]
+    again = [ack_for(v, 0.6, 0.25) for v in moved]
+    assert [a.outcome if a else None for a in again] == [a.outcome if a else None for a in acks]
     for verdict, ack in zip(verdicts, acks):
         if ack is not None:
             assert (ack.verdict_id, ack.agent_id, ack.session_id, ack.run_id) == (
