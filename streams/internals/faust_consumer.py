@@ -74,6 +74,14 @@ def probe_kwargs(settings: Any) -> dict[str, Any]:
                 client_id="loopwarden-end-probe", **kafka_auth(settings))
 
 
+def collect(batch: list, offsets: dict[TP, list[int]], tp: TP, records: list) -> None:
+    """Add ``records`` of ``tp`` to a batch and to its offsets to ack. A partition may come more
+    than once per batch (while flow is paused Faust hands over one message at a time)."""
+    if records:
+        batch.extend(records)
+        offsets.setdefault(tp, []).extend(record.offset for record in records)
+
+
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread with our fetch wait and corrected high waters."""
 
@@ -133,18 +141,15 @@ class Consumer(faust_aiokafka.Consumer):
             batch: list = []
             offsets: dict[TP, list[int]] = {}
             async for tp, records in self._fetched(1.0, topic):
-                kept = await self._unread(tp, records, acks_enabled)
-                if kept:
-                    batch.extend(kept)
-                    offsets[tp] = [record.offset for record in kept]
+                collect(batch, offsets, tp, await self._unread(tp, records, acks_enabled))
             if batch:
                 # Faust reads its unacked set only as "is anything in flight?" (a rebalance waits
                 # until it is empty). One message per batch, made from its last record and acked
                 # after the rest, keeps that true until the whole batch is durable, without a
                 # Faust message or a WeakSet entry per record.
                 unacked = self._unacked_messages
-                tp = next(reversed(offsets))
-                sentinel = self._to_message(tp, batch[-1])
+                last = batch[-1]
+                sentinel = self._to_message(TP(last.topic, last.partition), last)
                 unacked.add(sentinel)
                 try:
                     durable = await handler(batch)

@@ -79,3 +79,16 @@ def test_unread_records_skip_what_was_read_and_note_gaps(tmp_path):
         assert c._read_offset[tp] == 11
         assert sorted((i.begin, i.end) for i in c._gap[tp]) == [(8, 11)]  # Faust notes [last + 1, offset] (its interval end is exclusive)
     asyncio.run(main())
+
+
+def test_a_partition_handed_over_in_pieces_keeps_every_offset_to_ack():
+    """While flow is paused Faust hands over one message at a time: each piece of a partition adds to
+    the batch's offsets to ack instead of replacing them (a lost offset would hold its commits back)."""
+    from streams.internals.faust_consumer import collect
+
+    tp0, tp1 = TP(TOPIC, 0), TP(TOPIC, 1)
+    batch, offsets = [], {}
+    for tp, offs in ((tp0, [4]), (tp1, [9]), (tp0, [5, 6]), (tp0, [])):
+        collect(batch, offsets, tp, [_record(tp.partition, o) for o in offs])
+    assert offsets == {tp0: [4, 5, 6], tp1: [9]}
+    assert [(r.partition, r.offset) for r in batch] == [(0, 4), (1, 9), (0, 5), (0, 6)]
