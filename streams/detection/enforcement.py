@@ -62,6 +62,8 @@ def violation(state: RunState | None, event: Any) -> Violation | None:
     if state is None:
         return None
     enf = state.enforcement
+    if enf is None and not state.blocked and not state.blocked_without_id:
+        return None  # no verdict to disobey: the usual run, answered before any type test
     if isinstance(event, ToolCall):
         if enf is not None and enf.abort_id is not None:
             return Violation("call_after_abort", enf.abort_id)

@@ -194,8 +194,6 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
     writes: dict[tuple[int, bytes], RunValue | None] = {}
     positions: dict[int, int] = {}
-    # (agent, session, run) -> (Kafka key, table key): both derive from those three ids alone, so they
-    # are worked out once per run per batch, not per event.
     # (agent, session, run) -> (Kafka key, table key, config, extensions): all four derive from those
     # ids alone (one fleet config per batch), so they are worked out once per run per batch, not per event.
     keys: dict[tuple[str, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
@@ -241,14 +239,8 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         timed = not tick % every
         t0 = perf() if timed else 0.0
         try:
-            if value is None:
-                state_in = found = None
-            else:
-                state_in = value.state
-                # violation() reads only verdict bookkeeping: a run without any skips the call
-                found = (violation(state_in, event) if state_in is not None and (
-                    state_in.enforcement is not None or state_in.blocked or state_in.blocked_without_id)
-                    else None)
+            state_in = value.state if value is not None else None
+            found = violation(state_in, event)
             if plain:
                 result = step(state_in, event, known[2], ext=known[3])
             else:
