@@ -6,7 +6,8 @@ tests/unit/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
 ``AIOKafkaConsumerThread._create_worker_consumer`` / ``_highwaters``, ``Consumer._drain_messages`` /
 ``_wait_next_records`` / ``_buffered_partitions`` / ``_to_message`` / ``_read_offset`` / ``_unacked_messages`` /
 ``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped`` / ``_acked`` / ``_acked_index`` /
-``_committed_offset`` / ``_waiting_for_ack``, ``Fetcher._stopped``; and ``ack()``'s lock,
+``_committed_offset`` / ``_waiting_for_ack`` / ``_is_changelog_tp`` / ``_thread``,
+``AIOKafkaConsumerThread._consumer``, ``Fetcher._stopped``; and ``ack()``'s lock,
 ``faust.types.tuples.ack_lock``.
 
 Fixes over Faust's aiokafka driver:
@@ -19,6 +20,14 @@ Fixes over Faust's aiokafka driver:
   stops early and silently loses table updates. After asking end offsets
   we fetch once from ``end - 1`` and take the Fetch response's high
   watermark when it is larger. On real Kafka the two agree: a no-op.
+- Faust "pauses" a partition only in its own bookkeeping; aiokafka goes on
+  fetching it. An active table's changelog stays paused after recovery, so
+  the worker's own first state writes come back in a fetch that nobody
+  reads, and aiokafka then holds back every fetch from that broker for its
+  prefetch backoff (100 ms): a stall of all verdicts after each
+  assignment's first flush. Pausing and resuming changelog partitions is
+  mirrored into aiokafka here, so they are not fetched while Faust does
+  not read them.
 """
 
 from __future__ import annotations
@@ -109,6 +118,25 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             await self._probe.stop()
             self._probe = None
 
+    def fetch_paused(self, tps: Any, paused: bool) -> None:
+        """Pause (or resume) fetching ``tps`` in aiokafka, on this thread's loop, in call order."""
+        tps = [aiokafka.TopicPartition(tp.topic, tp.partition) for tp in tps]
+        if tps and self.thread_loop.is_running():
+            self.thread_loop.call_soon_threadsafe(self._set_fetch_paused, tps, paused)
+
+    def _set_fetch_paused(self, tps: list[aiokafka.TopicPartition], paused: bool) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assigned = consumer.assignment()  # a rebalance may have taken some since the call
+        mine = [tp for tp in tps if tp in assigned]
+        (consumer.pause if paused else consumer.resume)(*mine)
+
+    def not_fetched(self) -> set[aiokafka.TopicPartition]:
+        """Assigned partitions aiokafka does not fetch now."""
+        consumer = self._consumer
+        return set() if consumer is None else consumer.paused()
+
 
 class Consumer(faust_aiokafka.Consumer):
     """Faust's consumer; records of one topic go to a batch handler, not one by one to a stream.
@@ -128,6 +156,21 @@ class Consumer(faust_aiokafka.Consumer):
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def pause_partitions(self, tps: Any) -> None:
+        tps = list(tps)
+        super().pause_partitions(tps)
+        self._thread.fetch_paused([tp for tp in tps if self._is_changelog_tp(tp)], True)
+
+    def resume_partitions(self, tps: Any) -> None:
+        tps = list(tps)
+        super().resume_partitions(tps)
+        self._thread.fetch_paused([tp for tp in tps if self._is_changelog_tp(tp)], False)
+
+    def not_fetched(self) -> list[str]:
+        """``topic/partition`` of the assigned partitions the client does not fetch (changelogs
+        Faust does not read), for the worker's status page."""
+        return sorted(f"{tp.topic}/{tp.partition}" for tp in self._thread.not_fetched())
 
     async def _drain_messages(self, fetcher: Any) -> None:
         route = self.app.batch_route

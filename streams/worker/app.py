@@ -67,7 +67,8 @@ class Runtime:
             "not_rebalancing": not app.rebalancing,
             "config_loaded": self.feed.loaded.is_set(),
         }
-        return {"ready": all(checks.values()), "checks": checks, "partitions": sorted(assigned)}
+        return {"ready": all(checks.values()), "checks": checks, "partitions": sorted(assigned),
+                "not_fetched": app.consumer.not_fetched()}  # changelogs Faust does not read now
 
 
 def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:

@@ -36,6 +36,16 @@ def _wait_until_all(tansu, names, expected):
                    until=lambda records: set(expected) <= {json.loads(r.value).get("verdict_id") for r in records})
 
 
+def _changelog_not_fetched(worker, names) -> None:
+    """The run table's changelog partitions are paused in the client, not only in Faust's bookkeeping:
+    otherwise the worker's own state writes come back in a fetch nobody reads, and aiokafka holds
+    back every fetch for 100 ms (streams/internals/faust_consumer.py)."""
+    status, body = worker.get("/readyz")
+    assert status == 200, body
+    changelog = {f"{names.app_id}-runs-changelog/{p}" for p in range(4)}
+    assert changelog <= set(json.loads(body)["not_fetched"]), body
+
+
 def test_sigkill_wipe_restart_recovers_from_changelog(tansu, names, workers, tmp_path):
     config = tmp_path / "loop.json"
     config.write_text(json.dumps(CONFIG))
@@ -48,10 +58,12 @@ def test_sigkill_wipe_restart_recovers_from_changelog(tansu, names, workers, tmp
     #    wrong end offsets would drop the last changelog batch here (streams/ARCHITECTURE.md, "Tansu").
     positions = produce_events(tansu, names.events, events[:split])
     wait_committed(tansu, names.app_id, names.events, positions)
+    _changelog_not_fetched(worker, names)  # paused since the first assignment (nothing to recover)
     worker.kill()
     worker.wipe()
     worker.start()
     worker.wait_ready()
+    _changelog_not_fetched(worker, names)  # paused again once recovery has read them
 
     # 2. Kill mid-stream: replayed events must not count twice, their verdicts must not go missing.
     producer = ThrottledProducer(tansu, names.events, events[split:]).start()

@@ -37,7 +37,8 @@ def test_consumer_thread_internals(name):
     assert callable(getattr(AIOKafkaConsumerThread, name))
 
 
-@pytest.mark.parametrize("name", ["_drain_messages", "_add_gap", "_new_consumer_thread", "ack", "crash"])
+@pytest.mark.parametrize("name", ["_drain_messages", "_add_gap", "_new_consumer_thread", "ack", "crash",
+                                  "_is_changelog_tp", "pause_partitions", "resume_partitions"])
 def test_faust_consumer_methods(name):
     from faust.transport.drivers.aiokafka import Consumer
 
@@ -142,3 +143,22 @@ def test_unacked_messages_is_only_an_in_flight_test():
     assert "while not self.should_stop and self._unacked_messages" in inspect.getsource(Consumer.wait_empty)
     assert "message.acked" in inspect.getsource(Consumer._clean_unacked_messages)
     assert "self._unacked_messages.discard(message)" in inspect.getsource(Consumer.ack)
+
+
+def test_consumer_thread_client_and_loop_for_the_fetch_pause_mirror():
+    from faust.transport.consumer import ThreadDelegateConsumer
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    assert "_consumer" in AIOKafkaConsumerThread.__annotations__  # the aiokafka consumer, None until started
+    assert "self._thread = " in inspect.getsource(ThreadDelegateConsumer.__init__)
+    from mode.threads import ServiceThread
+
+    assert "self.thread_loop = " in inspect.getsource(ServiceThread.__init__)
+
+
+def test_faust_pause_is_still_only_bookkeeping():
+    """Faust's pause touches its own sets only; the mirror into aiokafka exists because of that."""
+    from faust.transport.consumer import Consumer
+
+    source = inspect.getsource(Consumer.pause_partitions)
+    assert "_paused_partitions" in source and "_thread" not in source
