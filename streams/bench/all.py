@@ -116,11 +116,13 @@ def text(report: dict[str, Any]) -> str:
             name = "latency_fixed_p99_ms" if i == 0 else "latency_fraction_p99_ms"
             lines.append(f"latency:  {lat.get('rate')} events/s ({lat.get('of_drain')} of drain), "
                          f"{lat.get('verdicts')} verdicts: p50 {lat.get('p50_ms')} p90 {lat.get('p90_ms')} "
-                         f"p99 {lat.get('p99_ms')} max {lat.get('max_ms')} ms{_mark(name, lat.get('p99_ms'))}")
+                         f"p99 {lat.get('p99_ms')} max {lat.get('max_ms')} ms{_mark(name, lat.get('p99_ms'))}; "
+                         f"p99 by quarter of the window {lat.get('p99_by_quarter_ms')}")
             floor = lat.get("floor")
             if floor:
                 lines.append(f"          broker floor (plain relay, fresh broker): p50 {floor.get('p50_ms')} "
-                             f"p99 {floor.get('p99_ms')} ms; worker/floor p99 {r.get(name.replace('_ms', '_vs_floor'))}")
+                             f"p99 {floor.get('p99_ms')} ms, by quarter {floor.get('p99_by_quarter_ms')}; "
+                             f"worker/floor p99 {r.get(name.replace('_ms', '_vs_floor'))}")
     if gate:
         lines.append(f"gate:     {gate['decisions_per_s']}/s of {gate['target_per_s']}/s, "
                      f"round trip p50 {gate['p50_ms']} p95 {gate['p95_ms']} p99 {gate['p99_ms']} "

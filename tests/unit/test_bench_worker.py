@@ -45,3 +45,13 @@ def test_medians_of_repeated_runs():
 
     runs = [{"worker_events_per_s": v, "worker_cpu_us_per_event": c} for v, c in ((9, 70.0), (3, 200.0), (10, 60.0))]
     assert medians(runs) == {"worker_events_per_s": 9, "worker_cpu_us_per_event": 70.0}
+
+
+def test_p99_by_quarter_follows_the_window_in_time_order():
+    from streams.bench.worker import p99_by_quarter
+
+    # 400 events over 4 s whose latency climbs by quarter (as on a Tansu filling up), shuffled by arrival.
+    points = [(100.0 + i / 100, (10 + 10 * (i // 100) + i % 7) / 1000) for i in range(400)]
+    points.reverse()
+    assert p99_by_quarter(points) == [16.0, 26.0, 36.0, 46.0]
+    assert p99_by_quarter([(5.0, 0.003)]) == [3.0, 0.0, 0.0, 0.0]  # one point: the first quarter only
