@@ -6,6 +6,9 @@ module-level app), so tests and ``loopwarden dev`` can make several.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +29,8 @@ from streams.worker.settings import Settings
 
 TABLE_NAME = "runs"
 
+log = logging.getLogger(__name__)
+
 
 TRANSPORT_SCHEME = "loopwarden"  # our driver in Faust's transport registry (pyproject entry point)
 
@@ -41,6 +46,20 @@ class LoopwardenApp(faust.App):
         await super().on_stop()  # Faust's: the consumer, then its producer (changelog) flushed
         if self.record_producer is not None:
             await self.record_producer.stop()
+
+
+def ack_when_durable(consumer: Any, events: list, durable: "asyncio.Future[None]") -> None:
+    """Ack a batch's Faust events once its verdicts and state are durable; a failed batch stops
+    the worker, its events unacked (redelivered after the restart)."""
+    if durable.cancelled():
+        return  # the worker is stopping
+    exc = durable.exception()
+    if exc is not None:
+        log.error("batch failed, stopping: %r", exc)
+        asyncio.ensure_future(consumer.crash(exc))
+        return
+    for event in events:
+        event.ack()
 
 
 @dataclass
@@ -141,8 +160,11 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
             async for event in stream:
                 await (await processor.process([event.message]))
             return
-        async for batch in stream.take_events(s.batch_max, within=s.batch_within):
-            await (await processor.process([event.message for event in batch]))  # acked after this
+        # Faust's per-message stream (--no-fast-path). Its events are acked once their batch is
+        # durable, not when the next batch is taken, so the stream never waits for a state flush.
+        async for batch in stream.noack_take(s.batch_max, within=s.batch_within):
+            durable = await processor.process([event.message for event in batch])
+            durable.add_done_callback(functools.partial(ack_when_durable, app.consumer, batch))
 
     async def process_batch(messages: list) -> Any:
         if not feed.loaded.is_set():

@@ -148,7 +148,8 @@ HELP: dict[str, str] = {
                             "code 70 so the orchestrator restarts it",
     "log_level": "log level (debug, info, warning, error)",
     "fast_path": "hand each fetch's events to the processor as one batch (--no-fast-path: Faust's "
-                 "per-message stream.take_events(), several times slower)",
+                 "per-message stream, batches of --batch-max within --batch-within; several times "
+                 "slower, the same verdicts)",
     "security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (all Kafka clients of the worker)",
     "ssl_cafile": "CA bundle that signed the brokers' certificates (default: the system's)",
     "ssl_certfile": "client certificate for mutual TLS (with ssl_keyfile)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from schemas.config import load_config
 from streams.devtools.synthetic import fleet_events
 from streams.replay import replay_lines
@@ -26,10 +28,13 @@ def _with_gating(events: list[dict]) -> list[dict]:
     return out
 
 
-def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
+@pytest.mark.parametrize("path", ["fast", "faust"])
+def test_control_topic_equals_replay(tansu, names, workers, tmp_path, path):
+    """Both consumer paths: the fast path (each fetch's records as one batch, the default) and
+    Faust's per-message stream (``--no-fast-path``), which share the batch path after the hand-over."""
     config = tmp_path / "loop.json5"
     config.write_text(json.dumps(CONFIG))
-    worker = workers(names, config=config)
+    worker = workers(names, config=config, extra=[] if path == "fast" else ["--no-fast-path"])
     worker.wait_ready()
 
     events = _with_gating(list(fleet_events(agents=12, runs_per_agent=3, run_length=30, loop_share=0.6, seed=11)))
@@ -89,3 +94,25 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path):
         assert m.get(f'loopwarden_verdict_violations_total{{kind="{kind}"}}', 0) == sum(
             v["kind"] == kind for v in violations)
     assert m["loopwarden_assigned_partitions"] == 4
+
+
+def test_faust_stream_path_does_not_wait_for_state_flushes(tansu, names, workers, tmp_path):
+    """``--no-fast-path``: a batch's events are acked once it is durable, and the stream goes on
+    meanwhile. With small batches and a state flush only every 120 s, every gated call still gets
+    its verdict at once (the stream used to wait for each batch's flush before taking the next)."""
+    config = tmp_path / "loop.json5"
+    config.write_text(json.dumps(CONFIG))
+    worker = workers(names, config=config,
+                     extra=["--no-fast-path", "--batch-max", "20", "--state-flush-interval", "120"])
+    worker.wait_ready()
+    events = _with_gating(list(fleet_events(agents=4, runs_per_agent=2, run_length=20, loop_share=0.5, seed=3)))
+    positions = produce_events(tansu, names.events, events)
+    gated = {f"{names.events}:{p}:{o}:0" for e, (p, o) in zip(events, positions) if e.get("await_decision")}
+    assert len(gated) > 40  # more than two batches of 20
+
+    def answered(records):
+        return gated <= {json.loads(r.value)["verdict_id"] for r in records}
+
+    got = {v["verdict_id"] for _, v in decode_verdicts(collect(tansu, names.control, until=answered, timeout=30))}
+    assert gated <= got, f"{len(gated - got)} of {len(gated)} gated calls unanswered"
+    worker.kill()  # a clean stop would wait for the far-off flush that makes the batches durable
