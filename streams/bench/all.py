@@ -57,7 +57,7 @@ def bench_all(args: argparse.Namespace) -> dict[str, Any]:
         rates: tuple[float | str, ...] = (args.latency_rate, str(args.latency_fraction))
         report["worker"] = worker.measure(args.events or (50_000 if quick else 100_000), 200, seconds, rates, extra)
     if "gate" not in skip:
-        gate = asyncio.run(latency.bench(args.runners, args.gate_rate, seconds, [1.0], 20.0, 200.0))
+        gate = asyncio.run(latency.bench(args.runners, args.gate_rate, seconds, [1.0], 20.0, 200.0, extra))
         report["gate"] = gate["levels"][0]
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["ratios"] = ratios(report)

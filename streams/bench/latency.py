@@ -210,29 +210,30 @@ async def _open_loop(runners: list[_Runner], rate: float, seconds: float) -> flo
 
 
 @contextlib.asynccontextmanager
-async def _stack_parts() -> AsyncIterator[tuple[Any, CpuMeter]]:
+async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator[tuple[Any, CpuMeter]]:
     """A fresh broker and worker; yields (``await clients(client_id)`` -> a started LoopClient, CPU meter).
 
     Fresh per measurement: Tansu's memory engine gets slower as its logs grow
     (broker CPU at a fixed 80 produce/s: 16% on an empty log, 28% after 150 k
     records), so a level measured after a ramp would pay for the ramp's data.
-    The clients are closed and the worker stopped on exit.
+    The clients are closed and the worker stopped on exit. ``extra``: the worker's flags
+    (its topics get the partitions they ask for).
     """
+    from streams.bench.worker import worker_settings
     from streams.kafka.admin import ensure_topics
     from streams.devtools.broker import EmbeddedBroker
     from streams.devtools.processes import TopicNames, WorkerProcess
     from streams.runner import ClientSettings, LoopClient
-    from streams.worker.settings import Settings
 
     names = TopicNames(f"bench-{uuid.uuid4().hex[:6]}")
     with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:
-        await ensure_topics(Settings(broker=broker.url, events_topic=names.events,
-                                     control_topic=names.control, config_topic=names.config,
-                                     dead_letter_topic=names.dead_letter))
+        await ensure_topics(msgspec.structs.replace(
+            worker_settings(broker.url, extra), events_topic=names.events, control_topic=names.control,
+            config_topic=names.config, dead_letter_topic=names.dead_letter))
         config = Path(tmp) / "loop.json"
         config.write_text(json.dumps(CONFIG))
         worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config,
-                               log_level="warning").start()
+                               extra=list(extra), log_level="warning").start()
         started: list[Any] = []
         settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names.events,
                                            control_topic=names.control)
@@ -253,9 +254,9 @@ async def _stack_parts() -> AsyncIterator[tuple[Any, CpuMeter]]:
 
 
 @contextlib.asynccontextmanager
-async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
+async def _stack(k: int, extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
     """A fresh broker, worker (:func:`_stack_parts`) and K warmed-up runners."""
-    async with _stack_parts() as (clients, meter):
+    async with _stack_parts(extra) as (clients, meter):
         started = [await clients(f"bench-runner-{i}") for i in range(k)]
         runners = [_Runner(c, i) for i, c in enumerate(started)]
         for _ in range(20):  # warm-up: connections, metadata, worker batches
@@ -266,7 +267,8 @@ async def _stack(k: int) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
 
 
 async def bench(k: int, rate: float | None, seconds: float, loads: list[float], ramp_start: float,
-                p95_limit_ms: float) -> dict:
+                p95_limit_ms: float, extra: list[str] | tuple[str, ...] = ()) -> dict:
+    """``extra``: flags for the worker (e.g. ``--partitions 1``)."""
     report: dict[str, Any] = {
         "runners": k,
         "worker_env": {n: v for n, v in os.environ.items() if n.startswith("LOOPWARDEN_")
@@ -274,7 +276,7 @@ async def bench(k: int, rate: float | None, seconds: float, loads: list[float], 
     }
     stats: list[Any] = []
     if rate is None:
-        async with _stack(k) as (runners, meter, info):
+        async with _stack(k, extra) as (runners, meter, info):
             rate, steps = await _ramp(runners, ramp_start, 3.0, p95_limit_ms, 20_000, meter)
             report["ramp"] = steps
             stats += info["client_stats"]
@@ -283,7 +285,7 @@ async def bench(k: int, rate: float | None, seconds: float, loads: list[float], 
     report["sustained_per_s"] = round(rate, 1)
     levels = []
     for load in loads:
-        async with _stack(k) as (runners, meter, info):
+        async with _stack(k, extra) as (runners, meter, info):
             report["client"] = info["client"]
             _reset(runners)
             meter.mark()
