@@ -133,9 +133,12 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         (consumer.pause if paused else consumer.resume)(*mine)
 
     def not_fetched(self) -> set[aiokafka.TopicPartition]:
-        """Assigned partitions aiokafka does not fetch now."""
+        """Assigned partitions aiokafka does not fetch now (read from another thread: a status)."""
         consumer = self._consumer
-        return set() if consumer is None else consumer.paused()
+        try:
+            return set() if consumer is None else consumer.paused()
+        except RuntimeError:  # the assignment changed under the read (a rebalance): nothing to report
+            return set()
 
 
 class Consumer(faust_aiokafka.Consumer):
