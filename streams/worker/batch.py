@@ -170,9 +170,10 @@ def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
                    event_ts=event.ts, ts=now)
 
 
-class _Sampler:
+class StepSampler:
     """Times ``step()`` for one event in ``every`` (counted in ``n``): the histogram is a sample,
-    the clock calls are not free."""
+    the clock calls are not free. One per worker, so the count runs on across batches: a fresh
+    one per batch would time nothing in batches under ``every`` events (low traffic)."""
 
     __slots__ = ("n", "every")
 
@@ -183,11 +184,11 @@ class _Sampler:
 
 def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, limits: Limits,
                 tool_label: Callable[[str | None], str] = lambda name: "other", now: float | None = None,
-                sampler: _Sampler | None = None, stepper: StepFn = default_step,
+                sampler: StepSampler | None = None, stepper: StepFn = default_step,
                 after_step: AfterStepFn | None = None) -> BatchResult:
     """Apply ``records`` in order; nothing is published or stored here (see the module docstring)."""
     now = time.time() if now is None else now
-    sampler = sampler or _Sampler()
+    sampler = sampler or StepSampler()
     perf = time.perf_counter
     counts = Counts()
     outgoing: list[Outgoing] = []

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from streams.worker.batch import BatchResult, Limits, apply_batch, default_step
+from streams.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
 from streams.worker.committer import Committer, SendFn
 from streams.worker.metrics import Metrics
 from streams.detection import enforcement
@@ -40,6 +40,7 @@ class RunProcessor:
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
         # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks (streams.worker.fleet_agent)
         self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (default_step, None)
+        self.sampler = StepSampler()  # the step-time sample runs on across batches
         self.limits = Limits(control_topic=settings.control_topic, shadow_topic=settings.shadow_topic,
                              dead_letter_topic=settings.dead_letter_topic,
                              max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth,
@@ -58,7 +59,7 @@ class RunProcessor:
             fleet = self.fleet()
             stepper, after_step = self.hooks(fleet)
             result = apply_batch(messages, self.committer.read, fleet, self.limits, self.metrics.tool,
-                                 stepper=stepper, after_step=after_step)
+                                 sampler=self.sampler, stepper=stepper, after_step=after_step)
             self.positions.update(result.positions)
             return await self.committer.submit(result)
 

@@ -323,3 +323,22 @@ async def test_batches_not_yet_flushed_are_bounded_by_their_records():
     await asyncio.wait_for(third, 2)
     assert all(f.done() for f in first)
     await asyncio.wait_for(third.result(), 2)
+
+
+def test_step_time_is_sampled_across_batches_of_any_size():
+    """One event in 8 is timed, however the events come: one-event batches (low traffic) too."""
+    from streams.worker.metrics import Metrics
+    from streams.worker.processor import RunProcessor
+    from streams.worker.settings import Settings
+    from tests.unit.helpers import MemRunTable
+
+    metrics = Metrics()
+
+    async def go():
+        proc = RunProcessor(Settings(state_flush_interval=0.0), metrics, MemRunTable({}), None, lambda: FleetConfig())
+        for i in range(24):  # healthy calls, nothing to publish
+            await (await proc.process([Rec("ev", 0, i, b"r1", call(i))]))
+
+    asyncio.run(go())
+    count = next(s.value for s in metrics.step_seconds.collect()[0].samples if s.name.endswith("_count"))
+    assert count == 3
