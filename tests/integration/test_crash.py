@@ -9,6 +9,7 @@ restart drift from replay. Delivery is at-least-once: a verdict may repeat
 from __future__ import annotations
 
 import json
+import time
 
 from schemas.config import load_config
 from streams.devtools.synthetic import fleet_events
@@ -40,9 +41,14 @@ def _changelog_not_fetched(worker, names) -> None:
     """The run table's changelog partitions are paused in the client, not only in Faust's bookkeeping:
     otherwise the worker's own state writes come back in a fetch nobody reads, and aiokafka holds
     back every fetch for 100 ms (streams/internals/faust_consumer.py)."""
-    status, body = worker.get("/readyz")
-    assert status == 200, body
     changelog = {f"{names.app_id}-runs-changelog/{p}" for p in range(4)}
+    deadline = time.monotonic() + 5  # the pause reaches the client thread right after recovery
+    while True:
+        status, body = worker.get("/readyz")
+        assert status == 200, body
+        if changelog <= set(json.loads(body)["not_fetched"]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert changelog <= set(json.loads(body)["not_fetched"]), body
 
 
