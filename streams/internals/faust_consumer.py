@@ -91,6 +91,19 @@ def collect(batch: list, offsets: dict[TP, list[int]], tp: TP, records: list) ->
         offsets.setdefault(tp, []).extend(record.offset for record in records)
 
 
+def batch_durable(consumer: Any, durable: Any) -> bool:
+    """Whether a batch's future says it is durable (ack it then). A failed batch stops the worker,
+    its records unacked (redelivered after the restart); a cancelled one means it is stopping."""
+    if durable.cancelled():
+        return False
+    exc = durable.exception()
+    if exc is not None:
+        log.error("batch failed, stopping: %r", exc)
+        asyncio.ensure_future(consumer.crash(exc))
+        return False
+    return True
+
+
 class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread with our fetch wait and corrected high waters."""
 
@@ -290,11 +303,8 @@ class Consumer(faust_aiokafka.Consumer):
 
     def _on_batch_durable(self, offsets: dict[TP, list[int]], sentinel: Any, durable: Any) -> None:
         """Ack a batch once its verdicts and state are durable; a failed batch stops the worker."""
-        if durable.cancelled() or durable.exception() is not None:
+        if not batch_durable(self, durable):
             self._unacked_messages.discard(sentinel)  # not acked: redelivered after a restart
-            if not durable.cancelled():  # cancelled = the worker is stopping anyway
-                log.error("batch failed, stopping: %r", durable.exception())
-                asyncio.ensure_future(self.crash(durable.exception()))
             return
         self._ack_offsets(offsets)
         sentinel.acked = True  # last: the batch leaves the unacked set once all of it is acked

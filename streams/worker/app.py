@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import faust
 
 from schemas.config import FleetConfig
+from streams.internals.faust_consumer import batch_durable
 from streams.internals.faust_table import fetcher_service
 from streams.worker.configfeed import ConfigFeed
 from streams.worker.health import Health, Watchdog
@@ -28,8 +28,6 @@ from streams.worker.settings import Settings
 
 
 TABLE_NAME = "runs"
-
-log = logging.getLogger(__name__)
 
 
 TRANSPORT_SCHEME = "loopwarden"  # our driver in Faust's transport registry (pyproject entry point)
@@ -49,17 +47,10 @@ class LoopwardenApp(faust.App):
 
 
 def ack_when_durable(consumer: Any, events: list, durable: "asyncio.Future[None]") -> None:
-    """Ack a batch's Faust events once its verdicts and state are durable; a failed batch stops
-    the worker, its events unacked (redelivered after the restart)."""
-    if durable.cancelled():
-        return  # the worker is stopping
-    exc = durable.exception()
-    if exc is not None:
-        log.error("batch failed, stopping: %r", exc)
-        asyncio.ensure_future(consumer.crash(exc))
-        return
-    for event in events:
-        event.ack()
+    """Ack a batch's Faust events once its verdicts and state are durable (the fast path's rule)."""
+    if batch_durable(consumer, durable):
+        for event in events:
+            event.ack()
 
 
 @dataclass
