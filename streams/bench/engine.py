@@ -21,13 +21,19 @@ from streams.detection import step
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
-def build_trace(events: int, seed: int) -> list[bytes]:
+def build_trace(events: int, seed: int, event_ids: bool = False) -> list[bytes]:
+    """``event_ids``: every event gets a fresh 32-hex ``event_id``, as the runner client sends them
+    (the engine then keeps up to 128 per run to drop repeated deliveries)."""
+    import random
+
     from streams.devtools.synthetic import fleet_events
 
     encode = msgspec.json.encode
     # A run is ~81 events with the default run length of 40 (blocked loops are shorter).
     agents = events // (70 * 4) + 1
-    trace = [encode(e) for e in fleet_events(agents=agents, runs_per_agent=4, seed=seed)]
+    bits = random.Random(seed).getrandbits
+    trace = [encode({**e, "event_id": f"{bits(128):032x}"} if event_ids else e)
+             for e in fleet_events(agents=agents, runs_per_agent=4, seed=seed)]
     return trace[:events]
 
 
@@ -76,11 +82,11 @@ def hashing_floor(trace: list[bytes]) -> None:
             sha(canonical_bytes(load(bytes(result)))).hexdigest()
 
 
-def bench_engine(events: int, seed: int, repeat: int, profile: bool) -> dict:
+def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: bool = False) -> dict:
     from streams.detection import payloads
 
     fleet = FleetConfig.from_document(BENCH_CONFIG)
-    trace = build_trace(events, seed)
+    trace = build_trace(events, seed, event_ids)
     size = sum(map(len, trace))
     runs, cpu, floor = [], [], []
     for i in range(repeat):  # engine and floor alternate, so a noisy spell on a shared machine hits both
@@ -96,6 +102,7 @@ def bench_engine(events: int, seed: int, repeat: int, profile: bool) -> dict:
     best = min(runs)
     report = {
         "events": len(trace),
+        "event_ids": event_ids,
         "mean_event_bytes": round(size / len(trace)),
         "detections": detections,
         "emitted": emitted,
@@ -124,10 +131,12 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
     p.add_argument("--profile", action="store_true", help="also print a pyinstrument profile")
+    p.add_argument("--event-ids", action="store_true",
+                   help="give every event an event_id, as the runner client does (default: none, as before)")
 
 
 def run(args) -> int:
-    report = bench_engine(args.events, args.seed, args.repeat, args.profile)
+    report = bench_engine(args.events, args.seed, args.repeat, args.profile, args.event_ids)
     profile = report.pop("profile", None)
     print(msgspec.json.format(msgspec.json.encode(report)).decode())
     if profile:

@@ -24,7 +24,7 @@ from streams.detection.cost import Charge
 from streams.detection.detectors import decide
 from streams.detection.history import record_outcome
 from streams.detection.payloads import HASHER, CallKey, ResultKey
-from streams.detection.state import MAX_BLOCKED_CALLS, MAX_SEEN_EVENT_IDS, RunState, expect_veto
+from streams.detection.state import MAX_BLOCKED_CALLS, RunState, expect_veto
 from streams.detection.tools import normalize_tool_name
 
 _EMPTY_PARAMS = b"{}"
@@ -155,12 +155,12 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
         state = RunState()
     event_id = event.event_id
     if event_id:
-        seen = state.seen
-        if event_id in seen:
+        index = state.__dict__.get("_seen")  # RunState.has_seen, inlined: this runs for every event
+        if index is None:
+            index = state.seen_index()
+        if event_id in index:
             return StepResult(state, NO_DETECTIONS, duplicate=True)
-        seen.append(event_id)
-        if len(seen) > MAX_SEEN_EVENT_IDS:
-            del seen[0]
+        state.remember(event_id)
     if cls is ToolCall:
         return _on_call(state, event, config, ext)
     if cls is ToolResult:

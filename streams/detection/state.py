@@ -149,7 +149,13 @@ class Enforcement(msgspec.Struct, array_like=True):
     escalated: bool = False
 
 
-class RunState(msgspec.Struct, array_like=True):
+class RunState(msgspec.Struct, array_like=True, dict=True):
+    """One run's state. ``seen`` (the recent event ids, oldest first) has a set of the same ids
+    beside it in the instance ``__dict__``, as ``History`` has its index: not stored, built at
+    the first duplicate check after a decode and kept up to date by :meth:`remember`. Every
+    event of a runner carries an id, so a scan of up to ``MAX_SEEN_EVENT_IDS`` strings per
+    event would cost more than some rules."""
+
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
     guard: Guard = msgspec.field(default_factory=Guard)
@@ -164,6 +170,36 @@ class RunState(msgspec.Struct, array_like=True):
     # Verdict acks and obedience (streams.detection.enforcement); optional so older states decode.
     enforcement: Enforcement | None = None
     usage: RunUsage | None = None  # keep last: see encode_state
+
+    def seen_index(self) -> "set[str] | list[str]":
+        """The ids of ``seen`` for membership tests (built once per decoded state).
+
+        A stored list with a repeated id (never written by this code) is its own index, so
+        forgetting its oldest entry cannot forget an id that is still listed."""
+        index: set[str] | list[str] = set(self.seen)
+        if len(index) != len(self.seen):
+            index = self.seen
+        self._seen = index
+        return index
+
+    def has_seen(self, event_id: str) -> bool:
+        index = self.__dict__.get("_seen")
+        if index is None:
+            index = self.seen_index()
+        return event_id in index
+
+    def remember(self, event_id: str) -> None:
+        """Note an applied event's id, forgetting the oldest beyond ``MAX_SEEN_EVENT_IDS``."""
+        seen = self.seen
+        seen.append(event_id)
+        index = self.__dict__.get("_seen")
+        if index is not None and index is not seen:
+            index.add(event_id)
+        excess = len(seen) - MAX_SEEN_EVENT_IDS
+        if excess > 0:
+            if index is not None and index is not seen:
+                index.difference_update(seen[:excess])
+            del seen[:excess]
 
 
 _encoder = msgspec.msgpack.Encoder()

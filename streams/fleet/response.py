@@ -18,7 +18,7 @@ from schemas.events import Event, ToolCall
 from schemas.extensions import Extensions
 from schemas.verdicts import Detection
 from streams.detection.engine import StepResult, step
-from streams.detection.state import MAX_SEEN_EVENT_IDS, RunState, expect_veto
+from streams.detection.state import RunState, expect_veto
 from streams.detection.tools import normalize_tool_name
 from streams.fleet.joins import matching
 from schemas.fleet import Incident
@@ -73,7 +73,7 @@ def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext
     """``step()``, preceded by the fleet response when it is on and an incident is open."""
     if board and ext.incidents.block and isinstance(event, ToolCall) and state is not None:
         event_id = event.event_id
-        if not (event_id and event_id in state.seen):  # a repeat: step() reports it
+        if not (event_id and state.has_seen(event_id)):  # a repeat: step() reports it
             det = fleet_block(state, event, board, ext)
             if det is not None and ext.shadowed(det.detector):
                 result = step(state, event, config, ext=ext)  # the run goes on as without the response
@@ -81,8 +81,7 @@ def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext
                 return result._replace(detections=(det, *result.detections))
             if det is not None:
                 if event_id:
-                    state.seen.append(event_id)
-                    del state.seen[:-MAX_SEEN_EVENT_IDS]
+                    state.remember(event_id)
                 expect_veto(state, event.tool_call_id)
                 return StepResult(state, (det,))
     return step(state, event, config, ext=ext)

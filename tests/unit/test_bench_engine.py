@@ -24,3 +24,14 @@ def test_synthetic_fleet_produces_each_loop_kind():
         "unknown_tool_repeat",
         "compaction_loop_persisted",
     }
+
+
+def test_event_ids_change_no_verdict():
+    # --event-ids measures what the runner client sends; the ids are all distinct, so nothing is dropped.
+    from streams.replay import replay_lines
+
+    fleet = FleetConfig.from_document(BENCH_CONFIG)
+    plain, with_ids = build_trace(8000, seed=5), build_trace(8000, seed=5, event_ids=True)
+    assert all(b'"event_id"' in raw for raw in with_ids) and not any(b'"event_id"' in raw for raw in plain)
+    assert drive(with_ids, fleet) == drive(plain, fleet)
+    assert list(replay_lines(with_ids, fleet)) == list(replay_lines(plain, fleet))
