@@ -128,7 +128,8 @@ def text(report: dict[str, Any]) -> str:
                      f"round trip p50 {gate['p50_ms']} p95 {gate['p95_ms']} p99 {gate['p99_ms']} "
                      f"max {gate['max_ms']} ms; runner->worker p99 {gate['to_worker_p99_ms']}, "
                      f"worker->runner p99 {gate['to_runner_p99_ms']}; fail-open {gate['fail_open']}; "
-                     f"CPU% {gate['cpu']}{_mark('gate_p99_ms', gate['p99_ms'])}")
+                     f"CPU% {gate['cpu']}, idle beforehand (no calls) {gate.get('idle_cpu')}"
+                     f"{_mark('gate_p99_ms', gate['p99_ms'])}")
     lines.append(f"total {report['seconds']} s")
     return "\n".join(lines)
 

@@ -15,13 +15,14 @@ TARGETS = {
     "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
     "adapters": ("streams.bench.adapters", "the latency each framework adapter adds per gated tool call"),
     "tune": ("streams.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
+    "broker": ("streams.bench.broker", "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait"),
     "soak": ("streams.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
-    "all": ("streams.bench.all", "all of the above in one run, with their ratios and the targets"),
+    "all": ("streams.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, adapters, tune, all)",
+    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, adapters, broker, tune, soak, all)",
                               description="Measure speed on this machine; every figure printed with its ratios.")
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name, (module, text) in TARGETS.items():

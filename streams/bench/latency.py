@@ -47,6 +47,7 @@ from streams.bench.stats import percentile
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 RUN_LENGTH = 40
 RUNS_PER_RUNNER = 16
+IDLE_SECONDS = 3.0  # before each level: the stack's CPU with no calls (Level.idle_cpu)
 
 
 class Level(msgspec.Struct, kw_only=True):
@@ -66,6 +67,9 @@ class Level(msgspec.Struct, kw_only=True):
     to_runner_p99_ms: float
     fail_open: int
     cpu: dict[str, float] = {}  # % of one core over the level: worker, broker, runners (this process)
+    # The same over IDLE_SECONDS before the level, the stack up and no calls: what the consumers'
+    # fetch polling alone costs (Tansu scans the fetched partitions several times per fetch wait).
+    idle_cpu: dict[str, float] = {}
 
 
 def _env(name: str, default: Any, kind: type = float) -> Any:
@@ -144,7 +148,7 @@ class CpuMeter:
 
 
 def _level(runners: list[_Runner], load: float | None, target: float | None, elapsed: float,
-           cpu: dict[str, float] | None = None) -> Level:
+           cpu: dict[str, float] | None = None, idle_cpu: dict[str, float] | None = None) -> Level:
     samples = [s for r in runners for s in r.samples]
     ms = lambda xs: sorted(x * 1000 for x in xs if x == x)  # noqa: E731 (drops NaN)
     rt, tw, tr = ms(s[0] for s in samples), ms(s[1] for s in samples), ms(s[2] for s in samples)
@@ -155,7 +159,7 @@ def _level(runners: list[_Runner], load: float | None, target: float | None, ela
                  max_ms=r2(rt[-1] if rt else float("nan")),
                  to_worker_p50_ms=r2(percentile(tw, 0.5)), to_runner_p50_ms=r2(percentile(tr, 0.5)),
                  to_worker_p99_ms=r2(percentile(tw, 0.99)), to_runner_p99_ms=r2(percentile(tr, 0.99)),
-                 fail_open=sum(r.fail_open for r in runners), cpu=cpu or {})
+                 fail_open=sum(r.fail_open for r in runners), cpu=cpu or {}, idle_cpu=idle_cpu or {})
 
 
 def _reset(runners: list[_Runner]) -> None:
@@ -289,8 +293,11 @@ async def bench(k: int, rate: float | None, seconds: float, loads: list[float], 
             report["client"] = info["client"]
             _reset(runners)
             meter.mark()
+            await asyncio.sleep(IDLE_SECONDS)
+            idle = meter.percent()
+            meter.mark()
             elapsed = await _open_loop(runners, rate * load, seconds)
-            levels.append(msgspec.structs.asdict(_level(runners, load, rate * load, elapsed, meter.percent())))
+            levels.append(msgspec.structs.asdict(_level(runners, load, rate * load, elapsed, meter.percent(), idle)))
             stats += info["client_stats"]
     report["levels"] = levels
     totals: dict[str, int] = {}
@@ -303,14 +310,15 @@ async def bench(k: int, rate: float | None, seconds: float, loads: list[float], 
 
 def table(report: dict) -> str:
     rows = ["| load | target/s | decisions/s | p50 ms | p95 ms | p99 ms | max ms | runner->worker p50/p99 | "
-            "worker->runner p50/p99 | fail-open | CPU% worker/broker/runners |",
+            "worker->runner p50/p99 | fail-open | CPU% worker/broker/runners (idle before) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for lv in [{**st, "load": "ramp"} for st in report.get("ramp", [])] + report["levels"]:
-        cpu = lv.get("cpu") or {}
+        cpu, idle = lv.get("cpu") or {}, lv.get("idle_cpu") or {}
         rows.append(f"| {lv['load']} | {lv['target_per_s'] or '-'} | {lv['decisions_per_s']} | {lv['p50_ms']} | "
                     f"{lv['p95_ms']} | {lv['p99_ms']} | {lv['max_ms']} | {lv['to_worker_p50_ms']}/"
                     f"{lv['to_worker_p99_ms']} | {lv['to_runner_p50_ms']}/{lv['to_runner_p99_ms']} | "
-                    f"{lv['fail_open']} | {cpu.get('worker')}/{cpu.get('broker')}/{cpu.get('runners')} |")
+                    f"{lv['fail_open']} | {cpu.get('worker')}/{cpu.get('broker')}/{cpu.get('runners')}"
+                    + (f" ({idle.get('worker')}/{idle.get('broker')}/{idle.get('runners')})" if idle else "") + " |")
     return "\n".join(rows)
 
 

@@ -10,16 +10,23 @@ from streams.bench.latency import _stack_parts
 
 
 def test_gate_stack_topics_follow_the_worker_flags():
-    async def go() -> tuple[set[int], set[int]]:
-        async with _stack_parts(["--partitions", "1"]) as (clients, _meter):  # the worker is ready in here
+    async def go() -> tuple[set[int], set[int], dict]:
+        async with _stack_parts(["--partitions", "1"]) as (clients, meter):  # the worker is ready in here
             s = clients.settings
+            await clients("idle-runner")  # its listener polls the control topic
+            meter.mark()
+            await asyncio.sleep(1.5)
+            idle = meter.percent()  # what Level.idle_cpu reports: no calls, only the consumers' fetch loops
             consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap)
             await consumer.start()
             try:
                 await consumer.topics()  # fetches the cluster's metadata
                 return (set(consumer.partitions_for_topic(s.events_topic) or ()),
-                        set(consumer.partitions_for_topic(s.control_topic) or ()))
+                        set(consumer.partitions_for_topic(s.control_topic) or ()), idle)
             finally:
                 await consumer.stop()
 
-    assert asyncio.run(go()) == ({0}, {0})  # one partition each, as asked (the default is 4)
+    events, control, idle = asyncio.run(go())
+    assert (events, control) == ({0}, {0})  # one partition each, as asked (the default is 4)
+    # The broker works while nothing is sent: every consumer's fetch loop costs it (README, Benchmarks).
+    assert idle["broker"] > 0 and idle["worker"] > 0, idle
