@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runners", type=int, default=4, help="runner clients for the gate round trip")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: engine,worker,gate")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--event-ids", action="store_true",
+                   help="engine and worker events carry an event_id, as the runner client's do")
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
@@ -51,11 +53,12 @@ def bench_all(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     if "engine" not in skip:
         eng = engine.bench_engine(args.engine_events or (50_000 if quick else 200_000), seed=7,
-                                  repeat=2 if quick else 3, profile=False)
+                                  repeat=2 if quick else 3, profile=False, event_ids=args.event_ids)
         report["engine"] = eng
     if "worker" not in skip:
         rates: tuple[float | str, ...] = (args.latency_rate, str(args.latency_fraction))
-        report["worker"] = worker.measure(args.events or (50_000 if quick else 100_000), 200, seconds, rates, extra)
+        report["worker"] = worker.measure(args.events or (50_000 if quick else 100_000), 200, seconds, rates, extra,
+                                          event_ids=args.event_ids)
     if "gate" not in skip:
         gate = asyncio.run(latency.bench(args.runners, args.gate_rate, seconds, [1.0], 20.0, 200.0, extra))
         report["gate"] = gate["levels"][0]

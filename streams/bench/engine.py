@@ -24,16 +24,14 @@ BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 def build_trace(events: int, seed: int, event_ids: bool = False) -> list[bytes]:
     """``event_ids``: every event gets a fresh 32-hex ``event_id``, as the runner client sends them
     (the engine then keeps up to 128 per run to drop repeated deliveries)."""
-    import random
-
+    from streams.devtools.simulate import with_event_ids
     from streams.devtools.synthetic import fleet_events
 
     encode = msgspec.json.encode
     # A run is ~81 events with the default run length of 40 (blocked loops are shorter).
     agents = events // (70 * 4) + 1
-    bits = random.Random(seed).getrandbits
-    trace = [encode({**e, "event_id": f"{bits(128):032x}"} if event_ids else e)
-             for e in fleet_events(agents=agents, runs_per_agent=4, seed=seed)]
+    fleet = fleet_events(agents=agents, runs_per_agent=4, seed=seed)
+    trace = [encode(e) for e in (with_event_ids(fleet, seed) if event_ids else fleet)]
     return trace[:events]
 
 

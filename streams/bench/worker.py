@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure the configs N times, interleaved (A B A B ...), and compare their medians")
     p.add_argument("--fleet", action="store_true",
                    help="measure the default config, then the same with the fleet extensions on, and their ratio")
+    p.add_argument("--event-ids", action="store_true",
+                   help="every event carries an event_id, as the runner client's do (default: none, as before)")
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
@@ -103,10 +105,10 @@ def _event_ts(value: bytes) -> float | None:
     return v.get("event_ts") or (v.get("ts") if v.get("type") == "tool_call" else None)
 
 
-async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> dict:
+async def _latency(bootstrap: str, rate: float, seconds: float, agents: int, event_ids: bool = False) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from streams.devtools.simulate import SimStats, endless_fleet, publish
+    from streams.devtools.simulate import SimStats, endless_fleet, publish, with_event_ids
 
     consumer = AIOKafkaConsumer("agent.loop-control", bootstrap_servers=bootstrap, auto_offset_reset="latest",
                                 enable_auto_commit=False, fetch_max_wait_ms=5)
@@ -126,6 +128,8 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int) -> 
 
     # Generated up front: making synthetic payloads costs more CPU than sending them.
     source = endless_fleet(agents, 0.3, seed=99, gate_every=5, prefix="lat-")
+    if event_ids:
+        source = with_event_ids(source, seed=99)
     events = [next(source) for _ in range(int(rate * seconds) + 1000)]
     reader = asyncio.create_task(read())
     await asyncio.sleep(1.0)
@@ -167,26 +171,28 @@ def p99_by_quarter(points: list[tuple[float, float]]) -> list[float]:
 
 def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 20.0,
             latency_rates: tuple[float | str, ...] = ("0.5",), extra: list[str] | tuple[str, ...] = (),
-            on_worker_start: Any = None, config: dict | None = None) -> dict:
+            on_worker_start: Any = None, config: dict | None = None, event_ids: bool = False) -> dict:
     """Raw consume and backlog drain on one broker, then event->verdict at each rate, each on a fresh one.
 
     A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
     ``on_worker_start(pid)`` is called once the draining worker process runs (e.g. to attach a profiler).
     ``config``: the worker's config document (default :data:`BENCH_CONFIG`).
+    ``event_ids``: the backlog's events carry ids, as the runner client's do.
     """
     import shutil
 
-    from streams.devtools.simulate import endless_fleet, publish
+    from streams.devtools.simulate import endless_fleet, publish, with_event_ids
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
     (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG if config is None else config))
-    result: dict = {"events": events}
+    result: dict = {"events": events, "event_ids": event_ids}
     try:
         with _fresh_broker(tmp / "drain", extra) as broker:
             bootstrap = broker.bootstrap
             t0 = time.perf_counter()
-            asyncio.run(publish(bootstrap, "agent.events", endless_fleet(agents, 0.3, seed=5), 0, None,
-                                count=events, linger_ms=20))
+            backlog = endless_fleet(agents, 0.3, seed=5)
+            asyncio.run(publish(bootstrap, "agent.events", with_event_ids(backlog) if event_ids else backlog,
+                                0, None, count=events, linger_ms=20))
             result["preload_per_s"] = round(events / (time.perf_counter() - t0))
             result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", events)))
             with _worker(broker, tmp / "drain", extra, on_worker_start, ready=False) as worker:
@@ -198,9 +204,9 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
         result["latency"] = []
         for i, spec in enumerate(latency_rates):
             rate = round(float(spec) * throughput) if isinstance(spec, str) else float(spec)
-            floor = latency_floor(tmp / f"floor-{i}", rate, latency_seconds, agents, extra)
+            floor = latency_floor(tmp / f"floor-{i}", rate, latency_seconds, agents, extra, event_ids)
             with _fresh_broker(tmp / f"level-{i}", extra) as broker, _worker(broker, tmp / f"level-{i}", extra):
-                lat = asyncio.run(_latency(broker.bootstrap, rate, latency_seconds, agents))
+                lat = asyncio.run(_latency(broker.bootstrap, rate, latency_seconds, agents, event_ids))
             lat["of_drain"] = round(rate / throughput, 3)
             lat["floor"] = floor
             result["latency"].append(lat)
@@ -251,7 +257,8 @@ def _worker(broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start
         worker.stop()
 
 
-def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: list[str] | tuple[str, ...]) -> dict:
+def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: list[str] | tuple[str, ...],
+                  event_ids: bool = False) -> dict:
     """The same latency level with the plain relay (:func:`relay`) in the worker's place."""
     import multiprocessing
 
@@ -264,7 +271,7 @@ def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: li
         try:
             if not ready.wait(60):
                 raise SystemExit("the latency floor's relay did not start")
-            return asyncio.run(_latency(broker.bootstrap, rate, seconds, agents))
+            return asyncio.run(_latency(broker.bootstrap, rate, seconds, agents, event_ids))
         finally:
             proc.kill()
             proc.join()
@@ -347,7 +354,8 @@ def run(args: argparse.Namespace) -> int:
     # Interleaved, so that load from elsewhere on the machine falls on every config alike.
     for round_ in range(max(1, args.repeat)):
         for label, config in todo:
-            result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config)
+            result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config,
+                             event_ids=args.event_ids)
             result["config"] = label
             runs[label].append(result)
             if labelled:

@@ -64,6 +64,17 @@ def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 4
             yield event
 
 
+def with_event_ids(events: Iterator[dict], seed: int = 0) -> Iterator[dict]:
+    """``events``, each given a fresh 32-hex ``event_id`` as the runner client sends them (the
+    engine keeps up to 128 per run to drop repeated deliveries, so they cost time and state)."""
+    import random
+
+    bits = random.Random(seed).getrandbits
+    for event in events:
+        event["event_id"] = f"{bits(128):032x}"
+        yield event
+
+
 def with_scenarios(events: Iterator[dict], outage: int = 0, heartbeat: int = 0, every: int = 500,
                    seed: int = 7) -> Iterator[dict]:
     """Mix the fleet scenarios into ``events``: ``outage`` agents hitting one failing tool and

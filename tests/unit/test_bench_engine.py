@@ -35,3 +35,15 @@ def test_event_ids_change_no_verdict():
     assert all(b'"event_id"' in raw for raw in with_ids) and not any(b'"event_id"' in raw for raw in plain)
     assert drive(with_ids, fleet) == drive(plain, fleet)
     assert list(replay_lines(with_ids, fleet)) == list(replay_lines(plain, fleet))
+
+
+def test_with_event_ids_gives_distinct_ids_reproducibly():
+    from streams.devtools.simulate import endless_fleet, with_event_ids
+
+    def ids(seed: int) -> list[str]:
+        source = with_event_ids(endless_fleet(5, 0.3, seed=1), seed=seed)
+        return [next(source)["event_id"] for _ in range(500)]
+
+    first = ids(0)
+    assert len(set(first)) == 500 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)
+    assert ids(0) == first and ids(1) != first
