@@ -177,7 +177,7 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
     A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
     ``on_worker_start(pid)`` is called once the draining worker process runs (e.g. to attach a profiler).
     ``config``: the worker's config document (default :data:`BENCH_CONFIG`).
-    ``event_ids``: the backlog's events carry ids, as the runner client's do.
+    ``event_ids``: every event sent (backlog and latency load) carries an id, as the runner client's do.
     """
     import shutil
 
