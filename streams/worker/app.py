@@ -16,6 +16,7 @@ import faust
 from schemas.config import FleetConfig
 from streams.internals.faust_consumer import batch_durable
 from streams.internals.faust_table import fetcher_service
+from streams.worker.committer import Committer
 from streams.worker.configfeed import ConfigFeed
 from streams.worker.health import Health, Watchdog
 from streams.worker.fleet_agent import install as install_fleet
@@ -39,8 +40,13 @@ class LoopwardenApp(faust.App):
     worker_settings: Settings
     batch_route: tuple[str, Any] | None = None  # (topic, handler): that topic's records go to the handler in batches
     record_producer: RecordProducer | None = None  # verdicts and dead letters, apart from the changelog
+    committer: Committer | None = None
 
     async def on_stop(self) -> None:
+        if self.committer is not None:
+            # Faust's stop waits until every batch is acked, and a batch is acked once its state
+            # flush is done: write it now instead of after the flush interval.
+            self.committer.flush_now(always=True)
         await super().on_stop()  # Faust's: the consumer, then its producer (changelog) flushed
         if self.record_producer is not None:
             await self.record_producer.stop()
@@ -129,6 +135,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
         tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]})
     processor.hooks = fleet_rt.hooks
+    app.committer = processor.committer
     rt = Runtime(s, metrics, feed, runtable, processor, health)
 
     @app.timer(min(1.0, s.stall_timeout / 4))

@@ -109,6 +109,8 @@ class Committer:
         self._unwritten: dict[tuple[int, bytes], bytes | None] = {}  # what the next flush writes
         self._next_flush: asyncio.Future | None = None  # the flush that batches now join
         self._last_flush: asyncio.Future | None = None  # flushes run one after another
+        self._hurry: asyncio.Event | None = None  # set: the waiting flush goes now (flush_now)
+        self._hurry_always = False
 
     def read(self, partition: int, key: bytes) -> RunValue | None:
         """A run's value as the next batch must see it: not yet durable values first."""
@@ -239,9 +241,28 @@ class Committer:
             self._last_flush = self._next_flush
         return self._next_flush, delivered_at
 
+    def flush_now(self, always: bool = False) -> None:
+        """Let the flush that is waiting for its interval write at once; ``always``: every later one too.
+
+        A stopping worker waits until every batch is durable, which would otherwise take up to
+        ``flush_interval`` (the worker calls this with ``always`` when it starts to stop)."""
+        if self._hurry is None:
+            self._hurry = asyncio.Event()
+        self._hurry_always = self._hurry_always or always
+        self._hurry.set()
+
     async def _flush(self, previous: "asyncio.Future | None") -> None:
         """Step 4: after ``flush_interval``, write what the batches since the last flush left (in order)."""
-        await asyncio.sleep(self.flush_interval)
+        if self._hurry is None:
+            self._hurry = asyncio.Event()
+        hurry = self._hurry
+        if not hurry.is_set():
+            try:
+                await asyncio.wait_for(hurry.wait(), self.flush_interval)
+            except asyncio.TimeoutError:
+                pass
+        if not self._hurry_always:
+            hurry.clear()  # hurried once: later flushes keep the interval
         self._next_flush = None  # batches delivered from now on join the next flush
         items, self._unwritten = self._unwritten, {}
         if previous is not None:

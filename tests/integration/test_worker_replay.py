@@ -115,4 +115,10 @@ def test_faust_stream_path_does_not_wait_for_state_flushes(tansu, names, workers
 
     got = {v["verdict_id"] for _, v in decode_verdicts(collect(tansu, names.control, until=answered, timeout=30))}
     assert gated <= got, f"{len(gated - got)} of {len(gated)} gated calls unanswered"
-    worker.kill()  # a clean stop would wait for the far-off flush that makes the batches durable
+    changelog = f"{names.app_id}-runs-changelog"
+    assert collect(tansu, changelog, idle=1.0, timeout=5) == []  # no state flush yet: the interval is 120 s
+    # SIGTERM: the stop flushes at once instead of waiting for the far-off flush timer (stop() would
+    # SIGKILL after 20 s and report -9), and the runs' states reach the changelog.
+    assert worker.stop(timeout=20) == 0
+    runs = {(e["agent_id"], e["run_id"]) for e in events}
+    assert len({r.key for r in collect(tansu, changelog, idle=1.0, timeout=10)}) == len(runs)

@@ -283,6 +283,28 @@ async def test_verdicts_go_out_at_once_and_the_ack_waits_for_the_flush():
     assert table.log == ["delivered:ctl", "write:1"]
 
 
+async def test_flush_now_writes_the_waiting_flush_at_once_and_always_keeps_doing_so():
+    # A stopping worker waits until every batch is durable: with a 60 s flush interval it would
+    # wait a minute. flush_now() lets the waiting flush go; always=True (the worker's on_stop)
+    # lets every later flush go at once too, while a plain flush_now() hurries one flush only.
+    table = MemTable()
+    send = FakeSend(table.log)
+    c = committer(table, send, flush_interval=60)
+    first = await c.submit(apply_batch([Rec("ev", 0, 0, b"r", call(0, "r"))], c.read, ENABLED, LIMITS))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    c.flush_now()
+    await asyncio.wait_for(first, 2)
+    second = await c.submit(apply_batch([Rec("ev", 0, 1, b"r", call(1, "r"))], c.read, ENABLED, LIMITS))
+    await asyncio.sleep(0.1)
+    assert not second.done()  # hurried once: this flush waits for its interval again
+    c.flush_now(always=True)
+    await asyncio.wait_for(second, 2)
+    third = await c.submit(apply_batch([Rec("ev", 0, 2, b"r", call(2, "r"))], c.read, ENABLED, LIMITS))
+    await asyncio.wait_for(third, 2)  # stopping: no more waiting
+    assert table.log.count("write:1") == 3
+
+
 async def test_batches_waiting_for_a_flush_do_not_count_against_the_inflight_bound():
     table = MemTable()
     send = FakeSend(table.log)
