@@ -16,7 +16,8 @@ For each batch handed in by :meth:`Committer.submit`, in batch order:
    ``flush_interval`` after the first batch that joined it: a run that gets
    events in many batches is written once per interval, not once per batch
    (at 2,000 events/s of a fleet, 0.5 s turns about one changelog record per
-   event into one per three);
+   event into one per three). A stopping worker flushes at once
+   (:meth:`Committer.flush_now`): Faust's stop waits for every ack;
 5. only then is the batch's future done, and only then does the consumer
    ack (and later commit) its offsets.
 
