@@ -110,7 +110,7 @@ class Committer:
         self._unwritten: dict[tuple[int, bytes], bytes | None] = {}  # what the next flush writes
         self._next_flush: asyncio.Future | None = None  # the flush that batches now join
         self._last_flush: asyncio.Future | None = None  # flushes run one after another
-        self._hurry: asyncio.Event | None = None  # set: the waiting flush goes now (flush_now)
+        self._hurry = asyncio.Event()  # set: the waiting flush goes now (flush_now); binds its loop at first wait
         self._hurry_always = False
 
     def read(self, partition: int, key: bytes) -> RunValue | None:
@@ -247,15 +247,11 @@ class Committer:
 
         A stopping worker waits until every batch is durable, which would otherwise take up to
         ``flush_interval`` (the worker calls this with ``always`` when it starts to stop)."""
-        if self._hurry is None:
-            self._hurry = asyncio.Event()
         self._hurry_always = self._hurry_always or always
         self._hurry.set()
 
     async def _flush(self, previous: "asyncio.Future | None") -> None:
         """Step 4: after ``flush_interval``, write what the batches since the last flush left (in order)."""
-        if self._hurry is None:
-            self._hurry = asyncio.Event()
         hurry = self._hurry
         if not hurry.is_set():
             try:
