@@ -1,6 +1,6 @@
 """The wire contract: events, verdicts, dead letters and the OpenClaw-shaped config."""
 
-from schemas.events import (
+from loopwarden.schemas.events import (
     CompactionRetry,
     Event,
     EventDecodeError,
@@ -16,7 +16,7 @@ from schemas.events import (
     session_key,
     state_key,
 )
-from schemas.verdicts import DeadLetter, Detection, Verdict
+from loopwarden.schemas.verdicts import DeadLetter, Detection, Verdict
 
 __all__ = [
     "CompactionRetry",

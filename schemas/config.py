@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from schemas.extensions import DEFAULT_EXTENSIONS, Extensions, overlay_extensions, resolve_extensions
-from schemas.jsvalues import js_double, js_trim
+from loopwarden.schemas.extensions import DEFAULT_EXTENSIONS, Extensions, overlay_extensions, resolve_extensions
+from loopwarden.schemas.jsvalues import js_double, js_trim
 
 DEFAULT_HISTORY_SIZE = 30
 DEFAULT_WARNING_THRESHOLD = 10
@@ -155,7 +155,7 @@ class FleetConfig:
                  global_ext: dict | None = None, agent_ext: dict[str, dict | None] | None = None):
         self.global_block = global_block if isinstance(global_block, dict) else None
         self.agent_blocks = {normalize_agent_id(k): v for k, v in (agent_blocks or {}).items()}
-        # The `loopwarden` extension blocks (schemas.extensions), kept apart from OpenClaw's.
+        # The `loopwarden` extension blocks (loopwarden.schemas.extensions), kept apart from OpenClaw's.
         self.global_ext = global_ext if isinstance(global_ext, dict) else None
         self.agent_ext = {normalize_agent_id(k): v for k, v in (agent_ext or {}).items() if isinstance(v, dict)}
         self._cache: dict[str, ResolvedConfig] = {}

@@ -4,7 +4,7 @@ OpenClaw never rejects a config: an invalid number silently becomes the
 default, a critical threshold not above the warning one is silently raised,
 a misspelled key is silently ignored. That is right for the runtime and
 wrong for a person rolling a config out. This module explains the
-resolution of :mod:`schemas.config` without changing it: per block the
+resolution of :mod:`loopwarden.schemas.config` without changing it: per block the
 effective settings, one :class:`Note` per value that was replaced (and why),
 and warnings for unknown keys (with a "did you mean" from :mod:`difflib`)
 and for ``loopwarden`` extension problems (:func:`resolve_extensions`).
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.config import (
+from loopwarden.schemas.config import (
     DEFAULT_CRITICAL_THRESHOLD,
     DEFAULT_GLOBAL_THRESHOLD,
     DEFAULT_GUARD_WINDOW,
@@ -37,7 +37,7 @@ from schemas.config import (
     overlay,
     read_config_document,
 )
-from schemas.extensions import Extensions, resolve_extensions
+from loopwarden.schemas.extensions import Extensions, resolve_extensions
 
 LOOP_DETECTION_KEYS = ("enabled", "historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
                        "globalCircuitBreakerThreshold", "detectors", "postCompactionGuard")

@@ -4,7 +4,7 @@ A tagged union on ``type``. The free-form payloads (``params``, ``result``,
 ``error``) stay :class:`msgspec.Raw` JSON: decoding them into Python objects
 is most of the cost of an event, and the engine only needs them when a hash
 is not already cached for the same bytes (see
-:mod:`streams.detection.payloads`). ``result`` distinguishes *missing*
+:mod:`loopwarden.detection.payloads`). ``result`` distinguishes *missing*
 (``UNSET``: no outcome hash) from ``null`` (hashed); ``error: null`` is no
 error. Build payloads in Python with :func:`payload`.
 """
@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from schemas.jsvalues import js_double, js_int, js_trim, json_bytes, to_well_formed
+from loopwarden.schemas.jsvalues import js_double, js_int, js_trim, json_bytes, to_well_formed
 
 
 class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
@@ -153,7 +153,7 @@ def _parse_js(raw: bytes | str) -> Any:
 
     Envelope values are Python values, strings exactly as parsed (lone
     surrogates kept); ``params``/``result``/``error`` stay their original
-    bytes (:mod:`streams.detection.payloads` decodes them). A repeated key:
+    bytes (:mod:`loopwarden.detection.payloads` decodes them). A repeated key:
     the last wins, as in JavaScript. Raises ``ValueError`` if it is not JSON.
     """
     text = bytes(raw).decode("utf-8") if not isinstance(raw, str) else raw

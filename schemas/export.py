@@ -1,6 +1,6 @@
 """JSON Schema files for runners not written in Python.
 
-``python -m schemas.export`` rewrites the checked-in files; a test fails when
+``python -m loopwarden.schemas.export`` rewrites the checked-in files; a test fails when
 they differ from what the Structs say (so the files cannot go stale).
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import msgspec
 
-from schemas.events import Event
-from schemas.fleet import Incident
-from schemas.verdicts import DeadLetter, Verdict, VerdictViolation
+from loopwarden.schemas.events import Event
+from loopwarden.schemas.fleet import Incident
+from loopwarden.schemas.verdicts import DeadLetter, Verdict, VerdictViolation
 
 HERE = Path(__file__).parent
 SCHEMAS = {

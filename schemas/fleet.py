@@ -1,4 +1,4 @@
-"""Wire Structs of the fleet side (streams.fleet): the signals runs send, the incidents it publishes.
+"""Wire Structs of the fleet side (loopwarden.fleet): the signals runs send, the incidents it publishes.
 
 Signals travel on repartition topics (keyed by signature, or by session key)
 from the worker that owns a run to the worker that owns the signature or the

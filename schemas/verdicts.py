@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from schemas.jsvalues import json_bytes
+from loopwarden.schemas.jsvalues import json_bytes
 
 Level = Literal["warning", "critical"]
 Action = Literal["warn", "block", "abort", "allow"]
@@ -17,8 +17,8 @@ DetectorName = Literal[
     "unknown_tool_repeat",
     "global_circuit_breaker",
     "compaction_loop_persisted",
-    "fleet_incident",  # extension: blocked while an incident of the fleet is open (streams.fleet)
-    "cross_run_repeat",  # extension: a session's finished runs repeat the same work (streams.fleet)
+    "fleet_incident",  # extension: blocked while an incident of the fleet is open (loopwarden.fleet)
+    "cross_run_repeat",  # extension: a session's finished runs repeat the same work (loopwarden.fleet)
     "escalation",  # loopwarden.escalation: a run that ignores its verdicts is aborted
 ]
 ViolationKind = Literal["ran_after_block", "call_after_abort"]

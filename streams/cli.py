@@ -13,13 +13,13 @@ import importlib
 import sys
 
 COMMANDS = (
-    ("replay", "streams.replay"),
-    ("config", "streams.config_command"),
-    ("tune", "streams.tune"),
-    ("worker", "streams.worker.command"),
-    ("simulate", "streams.devtools.simulate"),
-    ("dev", "streams.devtools.dev"),
-    ("bench", "streams.bench.command"),
+    ("replay", "loopwarden.replay"),
+    ("config", "loopwarden.config_command"),
+    ("tune", "loopwarden.tune"),
+    ("worker", "loopwarden.worker.command"),
+    ("simulate", "loopwarden.devtools.simulate"),
+    ("dev", "loopwarden.devtools.dev"),
+    ("bench", "loopwarden.bench.command"),
 )
 
 

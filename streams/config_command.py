@@ -1,6 +1,6 @@
 """``loopwarden config check FILE``: the effective settings of a config, and what in it was ignored.
 
-The explanation itself is :mod:`schemas.config_check` (pure); this is the
+The explanation itself is :mod:`loopwarden.schemas.config_check` (pure); this is the
 command around it. Exit 1 when the file cannot be used (unreadable, not
 JSON/JSON5, not an object) or, with ``--strict``, when there are warnings.
 """
@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import msgspec
 
-    from schemas.config import ConfigError, parse_config_text
-    from schemas.config_check import ConfigReport, check_document, check_file, format_report
+    from loopwarden.schemas.config import ConfigError, parse_config_text
+    from loopwarden.schemas.config_check import ConfigReport, check_document, check_file, format_report
 
     if args.file == "-":
         try:

@@ -1,7 +1,7 @@
 """``loopwarden replay``: the worker's detection path over a JSONL trace, offline.
 
 Imports neither Faust nor aiokafka, so it starts fast; it calls the same
-:func:`streams.detection.step` the worker calls.
+:func:`loopwarden.detection.step` the worker calls.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import msgspec
 
-from schemas.config import FleetConfig
-from schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
-from schemas.jsvalues import js_trim, json_bytes
-from schemas.verdicts import Detection
-from streams.detection import RunState, enforcement, step
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
+from loopwarden.schemas.jsvalues import js_trim, json_bytes
+from loopwarden.schemas.verdicts import Detection
+from loopwarden.detection import RunState, enforcement, step
 
 
 def is_blank(line: str | bytes) -> bool:
@@ -96,7 +96,7 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents
     """
     fleet = None
     if incidents:
-        from streams.fleet.offline import FleetTrace
+        from loopwarden.fleet.offline import FleetTrace
 
         fleet = FleetTrace(config)
     states: dict[tuple[str, str], RunState] = {}
@@ -148,10 +148,10 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents
 
 
 def load_checked_config(path: str | None, prog: str) -> FleetConfig | None:
-    """The config with :mod:`schemas.config_check`'s warnings printed to stderr; ``None`` if unusable."""
+    """The config with :mod:`loopwarden.schemas.config_check`'s warnings printed to stderr; ``None`` if unusable."""
     if path is None:
         return FleetConfig()
-    from schemas.config_check import check_file
+    from loopwarden.schemas.config_check import check_file
 
     config, report = check_file(path)
     for text in report.errors:

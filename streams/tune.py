@@ -1,7 +1,7 @@
 """``loopwarden tune``: what a config would do to recorded runs, and how that moves with a knob.
 
 For every setting (the config as given, or each point of a ``--sweep`` grid)
-the recorded events go through the engine's own :func:`streams.detection.step`,
+the recorded events go through the engine's own :func:`loopwarden.detection.step`,
 exactly as in ``replay``, and the outcome is counted per detector and per
 agent: runs warned (a warning the runner would be shown), blocked, aborted,
 the call of the run where that first happened, the calls a block refuses and
@@ -24,13 +24,13 @@ from typing import NamedTuple
 
 import msgspec
 
-from schemas.config import ConfigError, FleetConfig, load_config
+from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
 from msgspec import UNSET
 
-from schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
-from streams.detection import step
-from streams.detection.payloads import HASHER
-from streams.detection.tools import normalize_tool_name
+from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
+from loopwarden.detection import step
+from loopwarden.detection.payloads import HASHER
+from loopwarden.detection.tools import normalize_tool_name
 
 # Numeric tools.loopDetection knobs a sweep may vary (nested ones with a dot).
 KNOBS = ("historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",

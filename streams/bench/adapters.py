@@ -10,7 +10,7 @@ PydanticAI's ``wrap_tool_execute``). The adapter's time includes the gate
 round trip (``tool_call`` with ``await_decision`` -> worker -> ``allow``)
 and publishing the result. Reported per framework and rate: p50/p99 of the
 added time (adapter minus bare, per call), and of the adapter's own time.
-The ``client`` row is the same call through :class:`~streams.runner.LoopClient`
+The ``client`` row is the same call through :class:`~loopwarden.runner.LoopClient`
 by hand (``check`` + ``tool_result``): what the adapters add on top of it is
 their own overhead. No model runs: its time is the same with or without
 loopwarden. A framework that is not installed is reported as skipped.
@@ -31,8 +31,8 @@ import uuid
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
-from streams.bench.latency import _stack_parts
-from streams.bench.stats import percentile
+from loopwarden.bench.latency import _stack_parts
+from loopwarden.bench.stats import percentile
 
 RUN_LENGTH = 40
 RUNS = 16
@@ -90,7 +90,7 @@ def _langchain_harness(client: Any) -> _Harness:
     from langchain.agents.middleware import ToolCallRequest
     from langchain_core.messages import ToolMessage
 
-    from streams.runner.integrations.langchain import LoopwardenMiddleware
+    from loopwarden.runner.integrations.langchain import LoopwardenMiddleware
 
     middleware = LoopwardenMiddleware(client, agent_id="bench-langchain")
 
@@ -121,7 +121,7 @@ def _openai_agents_harness(client: Any) -> _Harness:
     from agents.tool_context import ToolContext
     from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 
-    from streams.runner.integrations.openai_agents import LoopwardenGuardrails
+    from loopwarden.runner.integrations.openai_agents import LoopwardenGuardrails
 
     guard = LoopwardenGuardrails(client, "bench-openai-agents")
     agent = Agent(name="bench")
@@ -158,7 +158,7 @@ def _openai_agents_harness(client: Any) -> _Harness:
 def _pydantic_ai_harness(client: Any) -> _Harness:
     from pydantic_ai.messages import ToolCallPart
 
-    from streams.runner.integrations.pydantic_ai import LoopwardenCapability
+    from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability
 
     capability = LoopwardenCapability(client, "bench-pydantic-ai")
 
@@ -189,9 +189,9 @@ HARNESSES = {"client": _client_harness, "langchain": _langchain_harness,
 
 def _missing(framework: str) -> str | None:
     """Why ``framework``'s adapter cannot run here (its extra is not installed), or None."""
-    modules = {"langchain": "streams.runner.integrations.langchain",
-               "openai_agents": "streams.runner.integrations.openai_agents",
-               "pydantic_ai": "streams.runner.integrations.pydantic_ai"}
+    modules = {"langchain": "loopwarden.runner.integrations.langchain",
+               "openai_agents": "loopwarden.runner.integrations.openai_agents",
+               "pydantic_ai": "loopwarden.runner.integrations.pydantic_ai"}
     if framework not in modules:
         return None
     try:

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def bench_all(args: argparse.Namespace) -> dict[str, Any]:
-    from streams.bench import engine, latency, worker
+    from loopwarden.bench import engine, latency, worker
 
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     quick = args.quick

@@ -19,7 +19,7 @@ import random
 import time
 from typing import Any
 
-from streams.bench.stats import percentile
+from loopwarden.bench.stats import percentile
 
 
 async def _idle_cpu(bootstrap: str, topic: str, consumers: int, wait_ms: int, seconds: float,
@@ -84,8 +84,8 @@ async def _hop(bootstrap: str, topic: str, wait_ms: int, records: int, partition
 def measure(waits: list[int], counts: list[int], partitions: int, seconds: float, records: int) -> dict:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from streams.bench.latency import CpuMeter
-    from streams.devtools.broker import EmbeddedBroker
+    from loopwarden.bench.latency import CpuMeter
+    from loopwarden.devtools.broker import EmbeddedBroker
 
     rows = []
     for wait in waits:

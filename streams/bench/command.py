@@ -10,14 +10,14 @@ import argparse
 import importlib
 
 TARGETS = {
-    "engine": ("streams.bench.engine", "decode + step() on one core, against the hashing floor"),
-    "worker": ("streams.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
-    "latency": ("streams.bench.latency", "gate-mode decision round trip of runner clients"),
-    "adapters": ("streams.bench.adapters", "the latency each framework adapter adds per gated tool call"),
-    "tune": ("streams.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
-    "broker": ("streams.bench.broker", "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait"),
-    "soak": ("streams.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
-    "all": ("streams.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
+    "engine": ("loopwarden.bench.engine", "decode + step() on one core, against the hashing floor"),
+    "worker": ("loopwarden.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
+    "latency": ("loopwarden.bench.latency", "gate-mode decision round trip of runner clients"),
+    "adapters": ("loopwarden.bench.adapters", "the latency each framework adapter adds per gated tool call"),
+    "tune": ("loopwarden.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
+    "broker": ("loopwarden.bench.broker", "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait"),
+    "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
+    "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
 
 

@@ -1,6 +1,6 @@
 """``loopwarden bench engine``: events/second through decode + ``step()`` on one core.
 
-Drives a realistic mixed fleet trace (:mod:`streams.devtools.synthetic`: healthy runs
+Drives a realistic mixed fleet trace (:mod:`loopwarden.devtools.synthetic`: healthy runs
 with varied params and text results, plus every loop kind, runs interleaved)
 through exactly the worker's per-event path: msgspec decode of the raw bytes,
 per-run state lookup, ``step()``. The payload caches start cold. The trace is
@@ -14,9 +14,9 @@ import time
 
 import msgspec
 
-from schemas.config import FleetConfig
-from schemas.events import EventDecodeError, decode_event, state_key
-from streams.detection import step
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import EventDecodeError, decode_event, state_key
+from loopwarden.detection import step
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -24,8 +24,8 @@ BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 def build_trace(events: int, seed: int, event_ids: bool = False) -> list[bytes]:
     """``event_ids``: every event gets a fresh 32-hex ``event_id``, as the runner client sends them
     (the engine then keeps up to 128 per run to drop repeated deliveries)."""
-    from streams.devtools.simulate import with_event_ids
-    from streams.devtools.synthetic import fleet_events
+    from loopwarden.devtools.simulate import with_event_ids
+    from loopwarden.devtools.synthetic import fleet_events
 
     encode = msgspec.json.encode
     # A run is ~81 events with the default run length of 40 (blocked loops are shorter).
@@ -65,8 +65,8 @@ def hashing_floor(trace: list[bytes]) -> None:
 
     from msgspec import UNSET
 
-    from streams.detection.canonical import canonical_bytes
-    from streams.detection.payloads import load
+    from loopwarden.detection.canonical import canonical_bytes
+    from loopwarden.detection.payloads import load
 
     sha = hashlib.sha256
     for raw in trace:
@@ -81,7 +81,7 @@ def hashing_floor(trace: list[bytes]) -> None:
 
 
 def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: bool = False) -> dict:
-    from streams.detection import payloads
+    from loopwarden.detection import payloads
 
     fleet = FleetConfig.from_document(BENCH_CONFIG)
     trace = build_trace(events, seed, event_ids)

@@ -1,7 +1,7 @@
 """``loopwarden bench latency``: gate-mode decision round trip on the embedded broker.
 
 Starts Tansu and one ``loopwarden worker`` subprocess, then K simulated
-runners (one :class:`~streams.runner.LoopClient` each, in this process) make
+runners (one :class:`~loopwarden.runner.LoopClient` each, in this process) make
 gated tool calls (``check`` then ``tool_result``, healthy runs of 40 calls
 with distinct params, so every decision is ``allow``). First an open-loop
 ramp finds the sustained decision rate (unless given), then each load level
@@ -42,7 +42,7 @@ from typing import Any, AsyncIterator
 
 import msgspec
 
-from streams.bench.stats import percentile
+from loopwarden.bench.stats import percentile
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 RUN_LENGTH = 40
@@ -223,11 +223,11 @@ async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator
     The clients are closed and the worker stopped on exit. ``extra``: the worker's flags
     (its topics get the partitions they ask for).
     """
-    from streams.bench.worker import worker_settings
-    from streams.kafka.admin import ensure_topics
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.devtools.processes import TopicNames, WorkerProcess
-    from streams.runner import ClientSettings, LoopClient
+    from loopwarden.bench.worker import worker_settings
+    from loopwarden.kafka.admin import ensure_topics
+    from loopwarden.devtools.broker import EmbeddedBroker
+    from loopwarden.devtools.processes import TopicNames, WorkerProcess
+    from loopwarden.runner import ClientSettings, LoopClient
 
     names = TopicNames(f"bench-{uuid.uuid4().hex[:6]}")
     with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:

@@ -49,10 +49,10 @@ def run_events(wave: int, runs: int, calls: int) -> Iterator[dict]:
 
 def bytes_per_run(calls: int) -> int:
     """The stored value of one run after ``calls`` calls, encoded as the worker stores it."""
-    from schemas.config import FleetConfig
-    from schemas.events import decode_event
-    from streams.detection import step
-    from streams.worker.runcodec import RunValue, encode_value
+    from loopwarden.schemas.config import FleetConfig
+    from loopwarden.schemas.events import decode_event
+    from loopwarden.detection import step
+    from loopwarden.worker.runcodec import RunValue, encode_value
 
     fleet = FleetConfig.from_document(CONFIG)
     state = None
@@ -80,9 +80,9 @@ def _wait(predicate: Any, timeout: float, every: float = 0.5) -> bool:
 
 
 def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print, worker_args: list[str] = ()) -> dict:
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.devtools.processes import WorkerProcess
-    from streams.devtools.simulate import publish
+    from loopwarden.devtools.broker import EmbeddedBroker
+    from loopwarden.devtools.processes import WorkerProcess
+    from loopwarden.devtools.simulate import publish
 
     report: dict[str, Any] = {"runs": runs, "calls_per_run": calls, "ttl_s": ttl,
                               "bytes_per_run": bytes_per_run(calls), "waves": []}

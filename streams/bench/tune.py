@@ -1,6 +1,6 @@
 """``loopwarden bench tune``: a ``loopwarden tune --sweep`` of N settings over a synthetic fleet trace.
 
-The trace is the engine bench's (:mod:`streams.devtools.synthetic`, every loop
+The trace is the engine bench's (:mod:`loopwarden.devtools.synthetic`, every loop
 kind, runs interleaved). Timed as ``tune`` runs: decoding and hashing once
 (from cold payload caches), then the rules under each setting plus counting.
 """
@@ -11,13 +11,13 @@ import time
 
 import msgspec
 
-from schemas.config import FleetConfig
-from streams.bench.engine import BENCH_CONFIG, build_trace
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.bench.engine import BENCH_CONFIG, build_trace
 
 
 def bench_tune(events: int, settings: int, seed: int, jobs: int) -> dict:
-    from streams.detection import payloads
-    from streams.tune import memo_room, prepare, tune
+    from loopwarden.detection import payloads
+    from loopwarden.tune import memo_room, prepare, tune
 
     trace = build_trace(events, seed)
     points = [{"warningThreshold": w} for w in range(5, 5 + settings)]

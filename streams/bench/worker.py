@@ -108,7 +108,7 @@ def _event_ts(value: bytes) -> float | None:
 async def _latency(bootstrap: str, rate: float, seconds: float, agents: int, event_ids: bool = False) -> dict:
     from aiokafka import AIOKafkaConsumer
 
-    from streams.devtools.simulate import SimStats, endless_fleet, publish, with_event_ids
+    from loopwarden.devtools.simulate import SimStats, endless_fleet, publish, with_event_ids
 
     consumer = AIOKafkaConsumer("agent.loop-control", bootstrap_servers=bootstrap, auto_offset_reset="latest",
                                 enable_auto_commit=False, fetch_max_wait_ms=5)
@@ -141,7 +141,7 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int, eve
     await consumer.stop()
     if not points:
         return {"rate": rate, "sent": stats.sent, "verdicts": 0}
-    from streams.bench.stats import percentile
+    from loopwarden.bench.stats import percentile
 
     lat = sorted(latency for _, latency in points)
 
@@ -159,7 +159,7 @@ def p99_by_quarter(points: list[tuple[float, float]]) -> list[float]:
     Tansu's memory store costs more per produce and fetch the more record batches it holds,
     so a broker's latency climbs through a level even at a steady rate; a plain relay shows
     the same climb (README, "Benchmarks")."""
-    from streams.bench.stats import percentile
+    from loopwarden.bench.stats import percentile
 
     points = sorted(points)
     first, span = points[0][0], (points[-1][0] - points[0][0]) or 1.0
@@ -181,7 +181,7 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
     """
     import shutil
 
-    from streams.devtools.simulate import endless_fleet, publish, with_event_ids
+    from loopwarden.devtools.simulate import endless_fleet, publish, with_event_ids
 
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-bench-"))
     (tmp / "config.json").write_text(json.dumps(BENCH_CONFIG if config is None else config))
@@ -217,7 +217,7 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
 
 def worker_settings(broker_url: str, extra: list[str] | tuple[str, ...]) -> Any:
     """The settings the bench's worker runs with (its extra flags over the defaults)."""
-    from streams.worker.settings import add_arguments, from_sources
+    from loopwarden.worker.settings import add_arguments, from_sources
 
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
@@ -229,8 +229,8 @@ def worker_settings(broker_url: str, extra: list[str] | tuple[str, ...]) -> Any:
 @contextlib.contextmanager
 def _fresh_broker(tmp: Path, extra: list[str] | tuple[str, ...]) -> Iterator[Any]:
     """An embedded broker with the worker's topics (partitions as the worker's flags say)."""
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.kafka.admin import ensure_topics
+    from loopwarden.devtools.broker import EmbeddedBroker
+    from loopwarden.kafka.admin import ensure_topics
 
     tmp.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
@@ -242,7 +242,7 @@ def _fresh_broker(tmp: Path, extra: list[str] | tuple[str, ...]) -> Iterator[Any
 def _worker(broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start: Any = None,
             ready: bool = True) -> Iterator[Any]:
     """A worker process on ``broker``; ``ready``: wait until it serves (not while it drains a backlog)."""
-    from streams.devtools.processes import WorkerProcess
+    from loopwarden.devtools.processes import WorkerProcess
 
     worker = WorkerProcess(broker.url, tmp / "data", config=tmp.parent / "config.json", extra=list(extra),
                            log_level="warning")
@@ -280,7 +280,7 @@ def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: li
 def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
     """Events/s of the worker between 10% and 90% of the backlog (by its own counter), and its
     CPU seconds per event over the same span; waits for 100%."""
-    from streams.bench.latency import CpuMeter
+    from loopwarden.bench.latency import CpuMeter
 
     cpu = CpuMeter({"worker": worker.pid})
 
@@ -317,7 +317,7 @@ def versus(base: dict, other: dict) -> dict:
 
 def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
     """(label, document) of each config to measure; one ``None`` (the default) without options."""
-    from schemas.config import read_config_document
+    from loopwarden.schemas.config import read_config_document
 
     out: list[tuple[str, dict | None]] = []
     if args.fleet:

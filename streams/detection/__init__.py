@@ -5,7 +5,7 @@ client and the unit tests all call :func:`step`. A "§N.M" in this package's
 docstrings is a section of ``streams/detection/RULES.md``.
 """
 
-from streams.detection.engine import StepResult, step
-from streams.detection.state import RunState, decode_state, encode_state
+from loopwarden.detection.engine import StepResult, step
+from loopwarden.detection.state import RunState, decode_state, encode_state
 
 __all__ = ["RunState", "StepResult", "decode_state", "encode_state", "step"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.detection.state import MAX_WARNING_KEYS
+from loopwarden.detection.state import MAX_WARNING_KEYS
 
 BUCKET_SIZE = 10
 

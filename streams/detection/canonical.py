@@ -9,7 +9,7 @@ Two paths that give the same string:
   to the slow path only when the output could differ: a non-BMP character
   (UTF-16 key order differs from code-point order), a run of 16+ digits (an
   integer above 2**53 that JavaScript would round), or an encode error (lone
-  surrogates). It expects values as :mod:`schemas.jsvalues` decodes them:
+  surrogates). It expects values as :mod:`loopwarden.schemas.jsvalues` decodes them:
   numbers are ints or :class:`JsFloat` (formatted by the ``enc_hook``), never
   plain floats.
 - :func:`canonical` and :func:`digest` take any JSON-shaped Python value:
@@ -24,7 +24,7 @@ import re
 
 import msgspec
 
-from schemas.jsvalues import JsFloat, js_double
+from loopwarden.schemas.jsvalues import JsFloat, js_double
 
 _SAFE = 2**53
 # One C-speed pass classifies the fast path's output: digits -> "0",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from schemas.events import Usage
-from schemas.verdicts import Detection
-from streams.detection.state import MAX_WARNING_KEYS, History, RunState, RunUsage
+from loopwarden.schemas.events import Usage
+from loopwarden.schemas.verdicts import Detection
+from loopwarden.detection.state import MAX_WARNING_KEYS, History, RunState, RunUsage
 
 _KEYED_BY_WARNING = ("ping_pong", "unknown_tool_repeat")  # their calls differ, their key does not
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from schemas.config import ResolvedConfig
-from streams.detection import messages
-from streams.detection.state import History
+from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.detection import messages
+from loopwarden.detection.state import History
 
 
 class Finding(NamedTuple):

@@ -1,6 +1,6 @@
 """Whether a run obeys its verdicts: acks awaited, violations noticed, escalation.
 
-Beside the rules, never inside them: :func:`streams.detection.step` and its
+Beside the rules, never inside them: :func:`loopwarden.detection.step` and its
 verdicts are the same with or without this module. The worker calls it
 around ``step()``:
 
@@ -26,18 +26,18 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from schemas.events import ToolCall, ToolResult
-from schemas.extensions import Escalation
-from schemas.jsvalues import js_loads_slow
-from schemas.verdicts import Detection
-from streams.detection.hashing import is_loop_veto
-from streams.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, RunState
+from loopwarden.schemas.events import ToolCall, ToolResult
+from loopwarden.schemas.extensions import Escalation
+from loopwarden.schemas.jsvalues import js_loads_slow
+from loopwarden.schemas.verdicts import Detection
+from loopwarden.detection.hashing import is_loop_veto
+from loopwarden.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, RunState
 
 AWAITS_ACK = frozenset({"warn", "block", "abort"})  # `allow` needs no ack
 
 
 class Violation(NamedTuple):
-    kind: str  # schemas.verdicts.ViolationKind
+    kind: str  # loopwarden.schemas.verdicts.ViolationKind
     verdict_id: str | None
 
 

@@ -13,19 +13,19 @@ from typing import NamedTuple
 
 from msgspec import UNSET
 
-from schemas.config import ResolvedConfig
-from schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
-from schemas.extensions import Extensions
-from schemas.verdicts import Detection
-from streams.detection import cost
-from streams.detection import guard as guards
-from streams.detection.buckets import dedup_key, should_emit
-from streams.detection.cost import Charge
-from streams.detection.detectors import decide
-from streams.detection.history import record_outcome
-from streams.detection.payloads import HASHER, CallKey, ResultKey
-from streams.detection.state import MAX_BLOCKED_CALLS, RunState, expect_veto
-from streams.detection.tools import normalize_tool_name
+from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
+from loopwarden.schemas.extensions import Extensions
+from loopwarden.schemas.verdicts import Detection
+from loopwarden.detection import cost
+from loopwarden.detection import guard as guards
+from loopwarden.detection.buckets import dedup_key, should_emit
+from loopwarden.detection.cost import Charge
+from loopwarden.detection.detectors import decide
+from loopwarden.detection.history import record_outcome
+from loopwarden.detection.payloads import HASHER, CallKey, ResultKey
+from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, expect_veto
+from loopwarden.detection.tools import normalize_tool_name
 
 _EMPTY_PARAMS = b"{}"
 

@@ -1,6 +1,6 @@
 """Call signatures (argsHash, §3), outcome hashes (resultHash, §4) and unknown-tool names (§5).
 
-Payloads are JSON values as :func:`streams.detection.payloads.load` decodes
+Payloads are JSON values as :func:`loopwarden.detection.payloads.load` decodes
 them (numbers as ints or JsFloat), so digests take the fast canonical path.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from schemas.jsvalues import JS_WHITESPACE, js_trim
-from streams.detection.canonical import UNDEFINED, canonical, digest_decoded, js_number
-from streams.detection.tools import is_send_like, process_poll_action
+from loopwarden.schemas.jsvalues import JS_WHITESPACE, js_trim
+from loopwarden.detection.canonical import UNDEFINED, canonical, digest_decoded, js_number
+from loopwarden.detection.tools import is_send_like, process_poll_action
 
 _JS_S = "[" + re.escape(JS_WHITESPACE) + "]"
 # ASCII-only case folding, as a JavaScript /i regex without the u flag does.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.detection.state import History
+from loopwarden.detection.state import History
 
 
 def record_call(h: History, tool: str, sig: str, call_id: str | None, history_size: int) -> None:

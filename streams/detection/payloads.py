@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from schemas.jsvalues import js_float, js_loads_slow
-from streams.detection.canonical import digest_decoded
-from streams.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
-from streams.detection.tools import is_known_poll
+from loopwarden.schemas.jsvalues import js_float, js_loads_slow
+from loopwarden.detection.canonical import digest_decoded
+from loopwarden.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
+from loopwarden.detection.tools import is_known_poll
 
 CACHEABLE_BYTES = 2048
 CACHE_ENTRIES = 8192
@@ -28,7 +28,7 @@ _decoder = msgspec.json.Decoder(float_hook=js_float)
 
 
 def load(raw: bytes | Raw) -> Any:
-    """Decode a payload with JavaScript number semantics (:mod:`schemas.jsvalues`).
+    """Decode a payload with JavaScript number semantics (:mod:`loopwarden.schemas.jsvalues`).
 
     msgspec refuses lone surrogate escapes (``"\\ud800"``) that ``JSON.parse``
     keeps; such payloads (already accepted by the event decoder) take the

@@ -135,7 +135,7 @@ class Awaited(msgspec.Struct, array_like=True):
 
 
 class Enforcement(msgspec.Struct, array_like=True):
-    """What the worker knows of a run's obedience (see :mod:`streams.detection.enforcement`).
+    """What the worker knows of a run's obedience (see :mod:`loopwarden.detection.enforcement`).
 
     Made at the run's first published verdict: runs without verdicts carry ``None``.
     """
@@ -164,10 +164,10 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
-    # Fleet signatures (streams.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
+    # Fleet signatures (loopwarden.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
     # last and optional so states stored before it still decode.
     joined: list[str] | None = None
-    # Verdict acks and obedience (streams.detection.enforcement); optional so older states decode.
+    # Verdict acks and obedience (loopwarden.detection.enforcement); optional so older states decode.
     enforcement: Enforcement | None = None
     usage: RunUsage | None = None  # keep last: see encode_state
 

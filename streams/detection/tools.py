@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from schemas.jsvalues import js_trim
+from loopwarden.schemas.jsvalues import js_trim
 
 _ALIASES = {"bash": "exec", "apply-patch": "apply_patch"}
 _POLL_ACTIONS = frozenset({"poll", "log"})

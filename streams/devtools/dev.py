@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def config_notes(doc: Any) -> list[str]:
     """One line per listed agent whose effective settings differ from the global block's."""
-    from schemas.config import FleetConfig
+    from loopwarden.schemas.config import FleetConfig
 
     fleet = FleetConfig.from_document(doc)
     base = fleet.resolve("\0 not listed")
@@ -108,12 +108,12 @@ class View:
         self.rates: dict[str, float] = {}
         self._last: tuple[float, dict[str, float]] | None = None
         self.latencies: collections.deque = collections.deque(maxlen=2000)
-        from streams.fleet.response import IncidentBoard
+        from loopwarden.fleet.response import IncidentBoard
 
         self.incidents = IncidentBoard()  # open incidents, from the incidents topic
 
     def on_incident(self, raw: bytes) -> None:
-        from schemas.fleet import decode_incident
+        from loopwarden.schemas.fleet import decode_incident
 
         self.incidents.apply(decode_incident(raw))
 
@@ -255,7 +255,7 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     from rich.console import Console
     from rich.live import Live
 
-    from streams.devtools.simulate import SimStats, endless_fleet, publish, with_scenarios
+    from loopwarden.devtools.simulate import SimStats, endless_fleet, publish, with_scenarios
 
     console = Console()
     tty = console.is_terminal
@@ -331,9 +331,9 @@ def main(args: argparse.Namespace) -> int:
     import shutil
     import signal
 
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.devtools.processes import WorkerProcess
-    from streams.kafka.connection import servers
+    from loopwarden.devtools.broker import EmbeddedBroker
+    from loopwarden.devtools.processes import WorkerProcess
+    from loopwarden.kafka.connection import servers
 
     for sig in (signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, _raise_hangup)
@@ -354,7 +354,7 @@ def main(args: argparse.Namespace) -> int:
             Path(config).write_text(json.dumps(DEV_CONFIG, indent=2))
             notes = config_notes(DEV_CONFIG)
         else:
-            from schemas.config import ConfigError, read_config_document
+            from loopwarden.schemas.config import ConfigError, read_config_document
 
             try:
                 notes = config_notes(read_config_document(config))

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from streams.devtools.broker import die_with_parent, free_port
+from loopwarden.devtools.broker import die_with_parent, free_port
 
 # Short group timings: Tansu holds a group join for half the session timeout.
 FAST_GROUP = ("--session-timeout", "6", "--heartbeat-interval", "1", "--commit-interval", "0.5")
@@ -79,7 +79,7 @@ class WorkerProcess:
         self.log_path: Path | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", self.broker_url,
+        cmd = [sys.executable, "-m", "loopwarden.cli", "worker", "--broker", self.broker_url,
                "--data-dir", str(self.data_dir), "--port", str(self.port), "--host", "127.0.0.1",
                "--log-level", self.log_level, *FAST_GROUP]
         if self.names is not None:

@@ -1,6 +1,6 @@
 """``loopwarden simulate``: publish a synthetic fleet (healthy runs plus each loop kind) at a set rate.
 
-The runs come from :mod:`streams.devtools.synthetic` (generic repeat, stuck polling,
+The runs come from :mod:`loopwarden.devtools.synthetic` (generic repeat, stuck polling,
 ping-pong, unknown tool, compaction loop, healthy); each event gets ``ts``
 = send time, key = its run key. A new fleet (next seed) starts whenever one
 is used up, so any duration works.
@@ -24,8 +24,8 @@ from typing import Iterator
 
 import msgspec
 
-from schemas.events import VerdictAck, encode_event, key_for
-from streams.kafka.connection import servers
+from loopwarden.schemas.events import VerdictAck, encode_event, key_for
+from loopwarden.kafka.connection import servers
 
 _encode = msgspec.json.Encoder().encode
 
@@ -39,7 +39,7 @@ class SimStats:
 
 
 def run_key(event: dict) -> str:
-    """The Kafka key of an event given as a dict (:func:`schemas.events.key_for`)."""
+    """The Kafka key of an event given as a dict (:func:`loopwarden.schemas.events.key_for`)."""
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 
@@ -48,8 +48,8 @@ def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 4
                   usage: bool = False) -> Iterator[dict]:
     """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision.
 
-    ``usage``: tool calls carry tokens and cost (:func:`~streams.devtools.synthetic.fleet_events`)."""
-    from streams.devtools.synthetic import fleet_events
+    ``usage``: tool calls carry tokens and cost (:func:`~loopwarden.devtools.synthetic.fleet_events`)."""
+    from loopwarden.devtools.synthetic import fleet_events
 
     calls = 0
     for round_ in itertools.count():
@@ -79,7 +79,7 @@ def with_scenarios(events: Iterator[dict], outage: int = 0, heartbeat: int = 0, 
                    seed: int = 7) -> Iterator[dict]:
     """Mix the fleet scenarios into ``events``: ``outage`` agents hitting one failing tool and
     ``heartbeat`` sessions whose scheduled runs repeat, one round of each every ``every`` events."""
-    from streams.devtools.synthetic import heartbeat_events, outage_events
+    from loopwarden.devtools.synthetic import heartbeat_events, outage_events
 
     if not outage and not heartbeat:
         yield from events

@@ -12,6 +12,6 @@ Pure code (no Faust, no Kafka), shared by the worker and ``loopwarden replay --i
 - :mod:`.offline`: all of it over one ordered trace (replay, tests).
 """
 
-from schemas.fleet import FinishedRun, Incident, JoinSignal
+from loopwarden.schemas.fleet import FinishedRun, Incident, JoinSignal
 
 __all__ = ["FinishedRun", "Incident", "JoinSignal"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.extensions import CrossRun
-from schemas.verdicts import Verdict
-from schemas.fleet import FinishedRun
+from loopwarden.schemas.extensions import CrossRun
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.schemas.fleet import FinishedRun
 
 MAX_RUNS_KEPT = 64
 MAX_WARNED = 64

@@ -15,8 +15,8 @@ import hashlib
 
 import msgspec
 
-from schemas.extensions import Incidents
-from schemas.fleet import MAX_LISTED, Incident, JoinSignal
+from loopwarden.schemas.extensions import Incidents
+from loopwarden.schemas.fleet import MAX_LISTED, Incident, JoinSignal
 
 MAX_RECENT = 4096  # joins kept per signature before an incident opens
 MAX_TRACKED = 1024  # distinct runs / agents remembered per open incident (counts beyond are estimates)

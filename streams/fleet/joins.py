@@ -16,12 +16,12 @@ from collections import Counter
 import msgspec
 from msgspec import UNSET
 
-from schemas.events import Event, RunEnd, ToolResult, key_for, session_key
-from schemas.extensions import Extensions
-from streams.detection.engine import StepResult
-from streams.detection.state import History, RunState
-from streams.detection.tools import normalize_tool_name
-from schemas.fleet import (
+from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for, session_key
+from loopwarden.schemas.extensions import Extensions
+from loopwarden.detection.engine import StepResult
+from loopwarden.detection.state import History, RunState
+from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.schemas.fleet import (
     MAX_SAMPLE_CHARS,
     FinishedRun,
     JoinSignal,

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 
-from schemas.config import GLOBAL_KEY, FleetConfig
-from schemas.events import Event
-from schemas.verdicts import Verdict
-from streams.detection.engine import StepResult
-from streams.detection.state import RunState
-from streams.fleet import crossrun, incidents
-from streams.fleet.joins import run_signals
-from schemas.fleet import FinishedRun, Incident, Signal
-from streams.fleet.response import IncidentBoard, fleet_step
+from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
+from loopwarden.schemas.events import Event
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.detection.engine import StepResult
+from loopwarden.detection.state import RunState
+from loopwarden.fleet import crossrun, incidents
+from loopwarden.fleet.joins import run_signals
+from loopwarden.schemas.fleet import FinishedRun, Incident, Signal
+from loopwarden.fleet.response import IncidentBoard, fleet_step
 
 
 class FleetSide:

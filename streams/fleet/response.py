@@ -13,15 +13,15 @@ call goes on as if no incident were open.
 
 from __future__ import annotations
 
-from schemas.config import ResolvedConfig
-from schemas.events import Event, ToolCall
-from schemas.extensions import Extensions
-from schemas.verdicts import Detection
-from streams.detection.engine import StepResult, step
-from streams.detection.state import RunState, expect_veto
-from streams.detection.tools import normalize_tool_name
-from streams.fleet.joins import matching
-from schemas.fleet import Incident
+from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.events import Event, ToolCall
+from loopwarden.schemas.extensions import Extensions
+from loopwarden.schemas.verdicts import Detection
+from loopwarden.detection.engine import StepResult, step
+from loopwarden.detection.state import RunState, expect_veto
+from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.fleet.joins import matching
+from loopwarden.schemas.fleet import Incident
 
 
 class IncidentBoard:

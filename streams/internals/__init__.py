@@ -1,9 +1,9 @@
 """The only place that touches private attributes of Faust, mode and aiokafka.
 
-- :mod:`~streams.internals.faust_consumer`: our transport (fetch wait, Tansu's end offsets, batch hand-over);
-- :mod:`~streams.internals.faust_table`: partition-explicit RocksDB access for the run table;
-- :mod:`~streams.internals.faust_worker`: the worker class (log level);
-- :mod:`~streams.internals.aiokafka_client`: metadata refresh and forced close for the runner's listener
+- :mod:`~loopwarden.internals.faust_consumer`: our transport (fetch wait, Tansu's end offsets, batch hand-over);
+- :mod:`~loopwarden.internals.faust_table`: partition-explicit RocksDB access for the run table;
+- :mod:`~loopwarden.internals.faust_worker`: the worker class (log level);
+- :mod:`~loopwarden.internals.aiokafka_client`: metadata refresh and forced close for the runner's listener
   (imports no Faust, so runner-only installs can use it).
 
 Each private name used is listed in its module's docstring and checked by

@@ -44,7 +44,7 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from streams.kafka.connection import kafka_auth, servers
+from loopwarden.kafka.connection import kafka_auth, servers
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.kafka.connection import kafka_auth
+from loopwarden.kafka.connection import kafka_auth
 
 
 async def ensure_topics(settings: Any) -> list[str]:
@@ -28,7 +28,7 @@ async def ensure_topics(settings: Any) -> list[str]:
         s.config_topic: (1, {"cleanup.policy": "compact"}),
         s.dead_letter_topic: (s.partitions, {"max.message.bytes": str(s.dead_letter_max_bytes)}),
         s.incidents_topic: (s.partitions, {}),
-        **{name: (s.fleet_partitions, {}) for name in s.fleet_topics},  # repartition topics of streams.fleet
+        **{name: (s.fleet_partitions, {}) for name in s.fleet_topics},  # repartition topics of loopwarden.fleet
     }
     admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap, client_id="loopwarden-admin", **kafka_auth(s))
     await admin.start()

@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from streams.kafka.connection import kafka_auth, servers
+from loopwarden.kafka.connection import kafka_auth, servers
 
 log = logging.getLogger(__name__)
 

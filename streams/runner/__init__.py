@@ -4,12 +4,12 @@
 ``blocked_tool_result`` builds the veto a runner returns to the model.
 """
 
-from streams.runner.client import LoopClient, VerdictStream
-from streams.runner.run import Run
-from streams.runner.results import blocked_tool_result, is_blocked_result
-from streams.runner.settings import ClientSettings
-from streams.runner.state import ClientStats, Decision, RunState
-from streams.runner.wire import RunRef
+from loopwarden.runner.client import LoopClient, VerdictStream
+from loopwarden.runner.run import Run
+from loopwarden.runner.results import blocked_tool_result, is_blocked_result
+from loopwarden.runner.settings import ClientSettings
+from loopwarden.runner.state import ClientStats, Decision, RunState
+from loopwarden.runner.wire import RunRef
 
 __all__ = ["ClientSettings", "ClientStats", "Decision", "LoopClient", "Run", "RunRef", "RunState", "VerdictStream",
            "blocked_tool_result", "is_blocked_result"]

@@ -1,13 +1,13 @@
 """The runner client: publish a run's events, gate calls, act on the run's verdicts.
 
 One :class:`LoopClient` per runner process: one producer (events, keyed by
-run key) and one :class:`~streams.runner.listener.VerdictListener`. A
+run key) and one :class:`~loopwarden.runner.listener.VerdictListener`. A
 runner registers each run it drives (:meth:`LoopClient.run` returns a
 :class:`Run` handle); verdicts of other runs are dropped, repeated
 ``verdict_id``\\ s too (bounded LRU). Gate checks are correlated by
 (run key, ``tool_call_id``). loopwarden must never stop a healthy agent: a
 check that gets no answer within its timeout, or cannot be published,
-allows the call and is counted (:class:`~streams.runner.state.ClientStats`),
+allows the call and is counted (:class:`~loopwarden.runner.state.ClientStats`),
 and so does a payload value that cannot be JSON-encoded (sent as its repr).
 
 Acknowledgements: when the runner reports what it did with a gated call
@@ -29,15 +29,15 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
-from schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
-from schemas.verdicts import Verdict
-from streams.runner import wire
-from streams.runner.listener import VerdictListener
-from streams.runner.results import is_blocked_result
-from streams.runner.run import Run
-from streams.runner.settings import ClientSettings
-from streams.runner.state import ClientStats, Decision, RecentIds, RunState
-from streams.kafka.connection import kafka_auth
+from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.runner import wire
+from loopwarden.runner.listener import VerdictListener
+from loopwarden.runner.results import is_blocked_result
+from loopwarden.runner.run import Run
+from loopwarden.runner.settings import ClientSettings
+from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
+from loopwarden.kafka.connection import kafka_auth
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from aiokafka.errors import KafkaError
 
-from schemas.verdicts import Verdict, VerdictViolation
-from streams.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
-from streams.kafka.connection import kafka_auth
-from streams.runner.settings import ClientSettings
+from loopwarden.schemas.verdicts import Verdict, VerdictViolation
+from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
+from loopwarden.kafka.connection import kafka_auth
+from loopwarden.runner.settings import ClientSettings
 
 log = logging.getLogger(__name__)
 

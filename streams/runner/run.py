@@ -1,6 +1,6 @@
 """A handle on one registered run: its events, its gate, its state and its verdicts.
 
-Thin sugar over :class:`~streams.runner.client.LoopClient` so runner code
+Thin sugar over :class:`~loopwarden.runner.client.LoopClient` so runner code
 never repeats the run's identity (agent, session, run id) on every call.
 """
 
@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
-from schemas.events import ToolCall, ToolResult
-from schemas.verdicts import Verdict
-from streams.runner import wire
-from streams.runner.state import Decision, RunState
+from loopwarden.schemas.events import ToolCall, ToolResult
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.runner import wire
+from loopwarden.runner.state import Decision, RunState
 
 if TYPE_CHECKING:
-    from streams.runner.client import LoopClient, VerdictCallback, VerdictStream
+    from loopwarden.runner.client import LoopClient, VerdictCallback, VerdictStream
 
 
 class Run:

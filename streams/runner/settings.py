@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from streams.kafka.connection import SecuritySettings, servers
+from loopwarden.kafka.connection import SecuritySettings, servers
 
 ENV_PREFIX = "LOOPWARDEN_RUNNER_"
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Literal
 import msgspec
 from msgspec import UNSET, Raw
 
-from schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, VerdictAck, key_for
-from schemas.verdicts import Verdict
+from loopwarden.schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, VerdictAck, key_for
+from loopwarden.schemas.verdicts import Verdict
 
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,7 +31,7 @@ class RunRef(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def key(self) -> str:
-        """The run key the worker uses (:func:`schemas.events.key_for`, the one definition)."""
+        """The run key the worker uses (:func:`loopwarden.schemas.events.key_for`, the one definition)."""
         return key_for(self.agent_id, self.session_id, self.run_id)
 
 

@@ -13,19 +13,19 @@ from typing import Any
 
 import faust
 
-from schemas.config import FleetConfig
-from streams.internals.faust_consumer import batch_durable
-from streams.internals.faust_table import fetcher_service
-from streams.worker.committer import Committer
-from streams.worker.configfeed import ConfigFeed
-from streams.worker.health import Health, Watchdog
-from streams.worker.fleet_agent import install as install_fleet
-from streams.worker.metrics import CONTENT_TYPE_LATEST, Metrics
-from streams.worker.processor import RunProcessor
-from streams.worker.runtable import RunTable
-from streams.kafka.connection import faust_credentials, kafka_auth, servers
-from streams.kafka.producer import RecordProducer
-from streams.worker.settings import Settings
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.internals.faust_consumer import batch_durable
+from loopwarden.internals.faust_table import fetcher_service
+from loopwarden.worker.committer import Committer
+from loopwarden.worker.configfeed import ConfigFeed
+from loopwarden.worker.health import Health, Watchdog
+from loopwarden.worker.fleet_agent import install as install_fleet
+from loopwarden.worker.metrics import CONTENT_TYPE_LATEST, Metrics
+from loopwarden.worker.processor import RunProcessor
+from loopwarden.worker.runtable import RunTable
+from loopwarden.kafka.connection import faust_credentials, kafka_auth, servers
+from loopwarden.kafka.producer import RecordProducer
+from loopwarden.worker.settings import Settings
 
 
 TABLE_NAME = "runs"
@@ -93,7 +93,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     app = LoopwardenApp(
         s.app_id,
         broker=[f"{TRANSPORT_SCHEME}://{server}" for server in servers(s.brokers)],
-        Worker="streams.internals.faust_worker:Worker",
+        Worker="loopwarden.internals.faust_worker:Worker",
         store=s.store,
         datadir=s.data_dir,
         autodiscover=False,

@@ -7,7 +7,7 @@ published (verdicts, dead letters) and what must be stored (one new value
 per touched run). It performs no I/O beyond the ``read`` callback it is
 given, so every rule of the batch path is unit-tested in-process; the order
 in which these effects reach Kafka and RocksDB is the committer's job
-(:mod:`streams.worker.committer`).
+(:mod:`loopwarden.worker.committer`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from schemas.config import FleetConfig
-from schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
-from schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
-from streams.detection import enforcement, step
-from streams.worker.runcodec import RunValue, state_key
-from streams.worker.screening import dead_letter_value, screen
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
+from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
+from loopwarden.detection import enforcement, step
+from loopwarden.worker.runcodec import RunValue, state_key
+from loopwarden.worker.screening import dead_letter_value, screen
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
 
 
 def violation_for(found: enforcement.Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
-    """The published form of a violation (:mod:`streams.detection.enforcement`)."""
+    """The published form of a violation (:mod:`loopwarden.detection.enforcement`)."""
     return VerdictViolation(violation_id=violation_id, kind=found.kind, verdict_id=found.verdict_id,
                             agent_id=event.agent_id, run_id=event.run_id, session_id=event.session_id,
                             tool_name=getattr(event, "tool_name", None),

@@ -8,7 +8,7 @@ import gc
 import logging
 import sys
 
-from streams.worker.settings import Settings, add_arguments, from_sources
+from loopwarden.worker.settings import Settings, add_arguments, from_sources
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,10 +28,10 @@ def main(args: argparse.Namespace) -> int:
 
 def run_worker(settings: Settings) -> int:
     """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
-    from schemas.config import FleetConfig
-    from schemas.config_check import check_file
-    from streams.kafka.admin import ensure_topics
-    from streams.worker.app import create_app
+    from loopwarden.schemas.config import FleetConfig
+    from loopwarden.schemas.config_check import check_file
+    from loopwarden.kafka.admin import ensure_topics
+    from loopwarden.worker.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     fleet = FleetConfig()
@@ -59,7 +59,7 @@ def run_worker(settings: Settings) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m streams.worker.command ...: the same command without the CLI registry
+if __name__ == "__main__":  # python -m loopwarden.worker.command ...: the same command without the CLI registry
     _parser = argparse.ArgumentParser(prog="loopwarden worker")
     add_arguments(_parser)
     sys.exit(main(_parser.parse_args()))

@@ -50,8 +50,8 @@ from typing import Any
 
 import msgspec
 
-from streams.worker.batch import BatchResult, Outgoing
-from streams.worker.runcodec import RunValue, decode_value, encode_value
+from loopwarden.worker.batch import BatchResult, Outgoing
+from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 
 log = logging.getLogger(__name__)
 

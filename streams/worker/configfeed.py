@@ -18,9 +18,9 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from schemas.config import ConfigError, FleetConfig, parse_config_text
-from schemas.config_check import record_warnings
-from streams.kafka.topics import assign_from_start
+from loopwarden.schemas.config import ConfigError, FleetConfig, parse_config_text
+from loopwarden.schemas.config_check import record_warnings
+from loopwarden.kafka.topics import assign_from_start
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class ConfigFeed:
     def __init__(self, base: FleetConfig, bootstrap: str, topic: str,
                  on_update: Callable[[], Any] | None = None, client_kwargs: dict | None = None) -> None:
         self.fleet = base
-        self.client_kwargs = client_kwargs or {}  # TLS/SASL (streams.kafka.connection.kafka_auth)
+        self.client_kwargs = client_kwargs or {}  # TLS/SASL (loopwarden.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
         self.on_update = on_update

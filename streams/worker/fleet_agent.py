@@ -1,4 +1,4 @@
-"""Worker wiring of the fleet extensions (streams.fleet): repartition topics, agents, tables, board.
+"""Worker wiring of the fleet extensions (loopwarden.fleet): repartition topics, agents, tables, board.
 
 Runs are partitioned by run key, but an incident gathers runs of many
 partitions, and a session's runs may sit on several. So the run side (the
@@ -35,20 +35,20 @@ from typing import Any, Awaitable, Callable
 import faust
 import msgspec
 
-from streams.worker.batch import default_step
+from loopwarden.worker.batch import default_step
 
-from schemas.config import GLOBAL_KEY, FleetConfig
-from schemas.events import Event, RunEnd, ToolResult, key_for
-from schemas.fleet import FinishedRun, Incident, JoinSignal, decode_incident, decode_signal, encode, signal_key
-from schemas.verdicts import Verdict
-from streams.detection.engine import StepResult
-from streams.detection.state import RunState
-from streams.fleet import crossrun, incidents
-from streams.fleet.joins import run_signals
-from streams.fleet.response import IncidentBoard, fleet_step
-from streams.worker.metrics import Metrics
-from streams.worker.runtable import RunTable
-from streams.worker.settings import Settings
+from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
+from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for
+from loopwarden.schemas.fleet import FinishedRun, Incident, JoinSignal, decode_incident, decode_signal, encode, signal_key
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.detection.engine import StepResult
+from loopwarden.detection.state import RunState
+from loopwarden.fleet import crossrun, incidents
+from loopwarden.fleet.joins import run_signals
+from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.worker.metrics import Metrics
+from loopwarden.worker.runtable import RunTable
+from loopwarden.worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,8 @@ class FleetRuntime:
         """Every incident record, from the start of the topic, onto this worker's board."""
         from aiokafka import AIOKafkaConsumer
 
-        from streams.kafka.connection import kafka_auth
-        from streams.kafka.topics import assign_from_start
+        from loopwarden.kafka.connection import kafka_auth
+        from loopwarden.kafka.topics import assign_from_start
 
         s = self.settings
         consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100,

@@ -74,7 +74,7 @@ class Metrics:
         self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic",
                                       registry=r)
         self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
-        # Fleet extensions (streams.fleet); labels: state, signal kind, capped tool name.
+        # Fleet extensions (loopwarden.fleet); labels: state, signal kind, capped tool name.
         self.fleet_signals = Counter("loopwarden_fleet_signals", "Signals sent to the fleet side, by kind",
                                      ["kind"], registry=r)
         self.fleet_joins = Counter("loopwarden_fleet_joins", "Runs that joined a failure signature, by tool",

@@ -1,10 +1,10 @@
-"""The worker's batch path: :func:`~streams.worker.batch.apply_batch`, then the :class:`Committer`.
+"""The worker's batch path: :func:`~loopwarden.worker.batch.apply_batch`, then the :class:`Committer`.
 
 ``process()`` applies one batch under a lock (batches are applied one at a
 time, in fetch order) and returns the future that is done once the batch is
 durable; the consumer acks the batch's records only then. The order of
 effects that crash safety rests on is spelled out in
-:mod:`streams.worker.committer`; the expiry sweep of idle runs takes the
+:mod:`loopwarden.worker.committer`; the expiry sweep of idle runs takes the
 same lock a chunk at a time and never drops a run a batch has just touched.
 """
 
@@ -17,14 +17,14 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from streams.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
-from streams.worker.committer import Committer, SendFn
-from streams.worker.metrics import Metrics
-from streams.detection import enforcement
-from streams.worker.runcodec import RunValue, decode_value, encode_value
-from streams.worker.runtable import RunTable
-from streams.worker.screening import without_raw
-from streams.worker.settings import Settings
+from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
+from loopwarden.worker.committer import Committer, SendFn
+from loopwarden.worker.metrics import Metrics
+from loopwarden.detection import enforcement
+from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
+from loopwarden.worker.runtable import RunTable
+from loopwarden.worker.screening import without_raw
+from loopwarden.worker.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class RunProcessor:
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
-        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks (streams.worker.fleet_agent)
+        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks (loopwarden.worker.fleet_agent)
         self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (default_step, None)
         self.sampler = StepSampler()  # the step-time sample runs on across batches
         self.limits = Limits(control_topic=settings.control_topic, shadow_topic=settings.shadow_topic,

@@ -1,6 +1,6 @@
 """Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
 
-Key: the JSON array ``[session key, run scope]`` (:func:`schemas.events.state_key`:
+Key: the JSON array ``[session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
 run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` as msgpack: the engine's
 :class:`RunState` plus what the worker needs around it: the last applied
 offset of the source partition (replayed events at or below it are skipped,
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.events import Event
-from schemas.events import state_key as event_state_key
-from schemas.jsvalues import js_loads_slow, json_bytes
-from streams.detection import RunState
-from streams.detection.state import pack, unpack
+from loopwarden.schemas.events import Event
+from loopwarden.schemas.events import state_key as event_state_key
+from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
+from loopwarden.detection import RunState
+from loopwarden.detection.state import pack, unpack
 
 
 class RunValue(msgspec.Struct, array_like=True):

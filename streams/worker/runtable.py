@@ -9,7 +9,7 @@ same: Faust flushes the producer before it commits input offsets, and the
 changelog offset of each partition's last write is stored as Faust stores
 it, so recovery after a restart reads the changelog from there on. Other
 stores (``memory://``) use the plain Table API. The Faust internals this
-needs live in :mod:`streams.internals.faust_table`.
+needs live in :mod:`loopwarden.internals.faust_table`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, Iterator
 
 from faust.types import TP
 
-from streams.internals.faust_table import PartitionEvents, partition_db, partition_items, rocks_store
+from loopwarden.internals.faust_table import PartitionEvents, partition_db, partition_items, rocks_store
 
 SendFn = Callable[..., Awaitable[Any]]  # (topic, key, value, partition) -> delivery future
 YIELD_EVERY = 200  # writes between turns of the event loop during a long write

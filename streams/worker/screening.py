@@ -5,7 +5,7 @@ Depth is bounded cheaply: the count of ``[`` and ``{`` bytes is an upper
 bound of the nesting depth; only when that bound exceeds the limit is the
 precise depth computed (strings stripped, brackets walked).
 
-A dead letter's value is :class:`schemas.verdicts.DeadLetter` encoded as
+A dead letter's value is :class:`loopwarden.schemas.verdicts.DeadLetter` encoded as
 JSON: ``{"reason", "detail", "topic", "partition", "offset", "raw"}`` with
 ``raw`` the original bytes in base64 (msgspec's JSON form of ``bytes``);
 its key is the original message key.
@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import Event, EventDecodeError, decode_event
-from schemas.jsvalues import json_bytes
-from schemas.verdicts import DeadLetter
+from loopwarden.schemas.events import Event, EventDecodeError, decode_event
+from loopwarden.schemas.jsvalues import json_bytes
+from loopwarden.schemas.verdicts import DeadLetter
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")

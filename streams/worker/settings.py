@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from streams.kafka.connection import SecuritySettings, servers
+from loopwarden.kafka.connection import SecuritySettings, servers
 
 ENV_PREFIX = "LOOPWARDEN_"
 
@@ -76,7 +76,7 @@ class Settings(SecuritySettings, kw_only=True):
 
     @property
     def fleet_topics(self) -> tuple[str, str]:
-        """The repartition topics of streams.fleet, named from the app id (one pair per consumer group)."""
+        """The repartition topics of loopwarden.fleet, named from the app id (one pair per consumer group)."""
         return f"{self.app_id}-fleet-signatures", f"{self.app_id}-fleet-sessions"
 
     @property

@@ -22,9 +22,9 @@ async def _main(agent: Callable[[Any], Awaitable[None]], tag: str, config: dict 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import msgspec
 
-    from streams.devtools.broker import EmbeddedBroker
-    from streams.runner import LoopClient
-    from streams.devtools.processes import TopicNames, WorkerProcess
+    from loopwarden.devtools.broker import EmbeddedBroker
+    from loopwarden.runner import LoopClient
+    from loopwarden.devtools.processes import TopicNames, WorkerProcess
 
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         path = Path(tmp) / "loop.json"

@@ -34,7 +34,7 @@ def check_job(job: str) -> str:
 
 
 async def agent(client) -> None:
-    from streams.runner.integrations.langchain import LoopwardenMiddleware
+    from loopwarden.runner.integrations.langchain import LoopwardenMiddleware
 
     calls = [AIMessage(content="", tool_calls=[{"name": "check_job", "args": {"job": "42"}, "id": f"call_{i}"}])
              for i in range(25)]

@@ -26,7 +26,7 @@ def check_job(job: str) -> str:
 
 
 async def agent(client) -> None:
-    from streams.runner.integrations.openai_agents import guard_agent
+    from loopwarden.runner.integrations.openai_agents import guard_agent
 
     model = ScriptedModel([*([function_call("check_job", {"job": "42"}, call_id=f"call_{i}")] for i in range(25)),
                            [assistant_message("The job is stuck; giving up.")]])

@@ -27,7 +27,7 @@ def stuck_model(messages, info) -> ModelResponse:
 
 
 async def agent(client) -> None:
-    from streams.runner.integrations.pydantic_ai import LoopwardenCapability
+    from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability
 
     bot = Agent(FunctionModel(stuck_model), name="pa-demo", capabilities=[LoopwardenCapability(client)])
 

@@ -31,7 +31,7 @@ def fetch(url: str) -> dict:
 
 async def toy_agent(client, agent_id: str = "toy", max_turns: int = 30) -> list[tuple[str, str]]:
     """Drive one run until the model stops or is stopped; returns ``(action, text)`` per turn."""
-    from streams.runner import is_blocked_result
+    from loopwarden.runner import is_blocked_result
 
     run = client.run(agent_id=agent_id, session_id=f"{agent_id}-session", run_id=f"run-{uuid.uuid4().hex[:8]}")
     transcript: list[tuple[str, str]] = []

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from streams.devtools.broker import free_port
-from streams.runner import LoopClient
+from loopwarden.devtools.broker import free_port
+from loopwarden.runner import LoopClient
 
 from .support import WorkerProcess, ready_worker
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from streams.devtools.broker import EmbeddedBroker
+from loopwarden.devtools.broker import EmbeddedBroker
 
 from .support import Names, WorkerProcess
 

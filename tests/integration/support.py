@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from schemas.config import FleetConfig
-from schemas.events import key_for
-from streams.devtools import processes as devtools
-from streams.devtools.processes import TopicNames
-from streams.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import key_for
+from loopwarden.devtools import processes as devtools
+from loopwarden.devtools.processes import TopicNames
+from loopwarden.replay import replay_lines
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
@@ -50,7 +50,7 @@ def ready_worker(tansu: str, tmp: Path, tag: str, config: dict) -> Iterable[Work
 
 
 def run_key(event: dict) -> str:
-    """The Kafka key of an event given as a dict (the one rule, :func:`schemas.events.key_for`)."""
+    """The Kafka key of an event given as a dict (the one rule, :func:`loopwarden.schemas.events.key_for`)."""
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 

@@ -15,8 +15,8 @@ from langchain_core.tools import tool  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 
-from streams.runner.integrations.langchain import LoopwardenMiddleware  # noqa: E402
-from streams.runner.wire import RunRef  # noqa: E402
+from loopwarden.runner.integrations.langchain import LoopwardenMiddleware  # noqa: E402
+from loopwarden.runner.wire import RunRef  # noqa: E402
 
 from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
                             closed_port_client, rid, worker_fixture)

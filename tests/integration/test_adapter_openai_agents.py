@@ -12,8 +12,8 @@ from agents import Agent, RunConfig, Runner, ToolInputGuardrailTripwireTriggered
 from agents.items import ToolCallOutputItem  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
-from streams.runner.integrations.openai_agents import guard_agent  # noqa: E402
-from streams.runner.wire import RunRef  # noqa: E402
+from loopwarden.runner.integrations.openai_agents import guard_agent  # noqa: E402
+from loopwarden.runner.wire import RunRef  # noqa: E402
 
 from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
                             closed_port_client, rid, worker_fixture)

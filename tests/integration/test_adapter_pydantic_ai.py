@@ -14,7 +14,7 @@ from pydantic_ai.exceptions import RunCancelled  # noqa: E402
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import FunctionModel  # noqa: E402
 
-from streams.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
+from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
 
 from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
                             closed_port_client, rid, worker_fixture)

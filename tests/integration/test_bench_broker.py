@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.bench.broker import measure
+from loopwarden.bench.broker import measure
 
 
 def test_idle_consumers_cost_the_broker_cpu_and_every_record_is_timed():

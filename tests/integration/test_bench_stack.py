@@ -6,7 +6,7 @@ import asyncio
 
 from aiokafka import AIOKafkaConsumer
 
-from streams.bench.latency import _stack_parts
+from loopwarden.bench.latency import _stack_parts
 
 
 def test_gate_stack_topics_follow_the_worker_flags():

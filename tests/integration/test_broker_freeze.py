@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from schemas.config import FleetConfig
-from streams.devtools.broker import EmbeddedBroker
-from streams.devtools.synthetic import fleet_events
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.devtools.broker import EmbeddedBroker
+from loopwarden.devtools.synthetic import fleet_events
 
 from .support import Names, ThrottledProducer, WorkerProcess, check_against_replay, collect, expected_verdicts
 

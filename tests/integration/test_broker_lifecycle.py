@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 STARTER = """
 import sys, time
-from streams.devtools.broker import EmbeddedBroker
+from loopwarden.devtools.broker import EmbeddedBroker
 broker = EmbeddedBroker().start()
 print(broker.process.pid, flush=True)
 time.sleep(120)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-from schemas.config import load_config
-from streams.devtools.synthetic import fleet_events
+from loopwarden.schemas.config import load_config
+from loopwarden.devtools.synthetic import fleet_events
 
 from .support import (
     ThrottledProducer,

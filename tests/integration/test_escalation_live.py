@@ -1,6 +1,6 @@
 """Escalation on a real worker: a run that keeps retrying a blocked call is aborted at its second block.
 
-The runner is the real :class:`~streams.runner.LoopClient`, gating every call:
+The runner is the real :class:`~loopwarden.runner.LoopClient`, gating every call:
 it answers each block with the veto (as a well-behaved runner does) but then
 retries the same call, which OpenClaw's rules block again and again. With
 ``loopwarden.escalation.afterBlocks: 2`` the worker publishes, on the event of
@@ -17,8 +17,8 @@ import json
 import msgspec
 import pytest
 
-from schemas.config import load_config
-from streams.runner import LoopClient
+from loopwarden.schemas.config import load_config
+from loopwarden.runner import LoopClient
 
 from .adapter_cases import rid
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts

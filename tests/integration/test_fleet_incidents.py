@@ -13,12 +13,12 @@ import time
 
 from aiokafka.partitioner import murmur2
 
-from schemas.config import FleetConfig
-from schemas.events import decode_event
-from streams.detection import step
-from streams.fleet.joins import run_signals
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import decode_event
+from loopwarden.detection import step
+from loopwarden.fleet.joins import run_signals
 
-from streams.replay import replay_lines
+from loopwarden.replay import replay_lines
 
 from .support import assert_matches, collect, decode_verdicts, produce_events
 

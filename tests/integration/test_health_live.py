@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.devtools.processes import WorkerProcess
-from streams.worker.health import EXIT_UNHEALTHY
+from loopwarden.devtools.processes import WorkerProcess
+from loopwarden.worker.health import EXIT_UNHEALTHY
 
 from .support import Names
 
@@ -32,7 +32,7 @@ class CrashingWorker(WorkerProcess):
         self.service = service
 
     def command(self) -> list[str]:
-        flags = super().command()[4:]  # drop: python -m streams.cli worker
+        flags = super().command()[4:]  # drop: python -m loopwarden.cli worker
         return [sys.executable, str(DRIVER), self.service, "3", "--", *flags]
 
 

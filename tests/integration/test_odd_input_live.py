@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from schemas.config import load_config
-from schemas.events import decode_event, run_key
-from streams.replay import replay_lines
+from loopwarden.schemas.config import load_config
+from loopwarden.schemas.events import decode_event, run_key
+from loopwarden.replay import replay_lines
 
 from .support import assert_matches, collect, decode_verdicts, produce
 

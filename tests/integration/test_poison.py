@@ -17,7 +17,7 @@ import random
 
 import pytest
 
-from schemas.config import FleetConfig
+from loopwarden.schemas.config import FleetConfig
 
 from .support import check_against_replay, collect, expected_verdicts
 

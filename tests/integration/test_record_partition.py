@@ -10,9 +10,9 @@ import asyncio
 
 from aiokafka import AIOKafkaProducer
 
-from streams.kafka.admin import ensure_topics
-from streams.kafka.producer import RecordProducer
-from streams.worker.settings import from_sources
+from loopwarden.kafka.admin import ensure_topics
+from loopwarden.kafka.producer import RecordProducer
+from loopwarden.worker.settings import from_sources
 
 
 def test_a_keyed_record_lands_where_aiokafka_itself_would_put_it(tansu, names):

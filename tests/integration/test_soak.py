@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.bench.soak import soak
+from loopwarden.bench.soak import soak
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from schemas.config import load_config
-from streams.devtools.synthetic import fleet_events
-from streams.replay import replay_lines
+from loopwarden.schemas.config import load_config
+from loopwarden.devtools.synthetic import fleet_events
+from loopwarden.replay import replay_lines
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 

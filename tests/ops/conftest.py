@@ -56,7 +56,7 @@ def prometheus_bin() -> str:
 @pytest.fixture(scope="session")
 def worker_metric_names() -> set[str]:
     """Every sample name the worker's registry can export (``_total``, ``_bucket`` ... included)."""
-    from streams.worker.metrics import Metrics
+    from loopwarden.worker.metrics import Metrics
 
     names: set[str] = set()
     for family in Metrics().registry.collect():

@@ -42,7 +42,7 @@ def by_kind(kind: str) -> dict:
 
 
 def setting_env_names() -> set[str]:
-    from streams.worker.settings import Settings, env_name
+    from loopwarden.worker.settings import Settings, env_name
 
     return {env_name(f.name) for f in msgspec.structs.fields(Settings)}
 
@@ -135,7 +135,7 @@ def test_worker_env_names_are_real_settings():
     assert {"LOOPWARDEN_BROKER", "LOOPWARDEN_EVENTS_TOPIC", "LOOPWARDEN_CONTROL_TOPIC",
             "LOOPWARDEN_CONFIG_TOPIC", "LOOPWARDEN_DEAD_LETTER_TOPIC"} <= lw
     assert lw - setting_env_names() == set(), f"unknown settings: {lw - setting_env_names()}"
-    from streams.worker.settings import from_sources
+    from loopwarden.worker.settings import from_sources
 
     settings = from_sources({}, environ=env)
     assert settings.port == 6066 and settings.host == "0.0.0.0"
@@ -143,7 +143,7 @@ def test_worker_env_names_are_real_settings():
 
 
 def test_configmap_holds_the_example_config_and_it_loads(tmp_path):
-    from schemas.config import load_config
+    from loopwarden.schemas.config import load_config
 
     container = worker_container()
     env = container_env(container)

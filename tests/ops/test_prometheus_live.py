@@ -243,7 +243,7 @@ class Garbage(threading.Thread):
 def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, dict[str, int]]:
     """``loopwarden simulate`` for SIM_COUNT events at SIM_RATE/s; returns the events and the
     verdict_acks (by outcome) it sent."""
-    cmd = [sys.executable, "-m", "streams.cli", "simulate", "--broker", f"kafka://{bootstrap}", "--topic", topic,
+    cmd = [sys.executable, "-m", "loopwarden.cli", "simulate", "--broker", f"kafka://{bootstrap}", "--topic", topic,
            "--ack-share", str(ACK_SHARE), "--ack-failed", str(ACK_FAILED), "--control-topic", control,
            "--agents", "12", "--loop-share", "0.7", "--gate-every", "5", "--seed", "11",
            "--outage", "6", "--heartbeat", "2",  # fleet incidents and cross_run_repeat (the config enables them)
@@ -266,7 +266,7 @@ def _all_events(sent: dict) -> int:
 # --- fixtures ----------------------------------------------------------------------------
 def _with_fleet(config: Path, tmp: Path) -> Path:
     """The deploy config plus the fleet extensions on, so their panels and alert get data."""
-    from schemas.config import parse_config_text
+    from loopwarden.schemas.config import parse_config_text
 
     doc = parse_config_text(config.read_text())
     doc["loopwarden"] = {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}
@@ -280,7 +280,7 @@ def _with_fleet(config: Path, tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus_bin):
     """Broker + worker + Prometheus, then the paced load; yields when the load is scraped."""
-    from streams.devtools.broker import EmbeddedBroker
+    from loopwarden.devtools.broker import EmbeddedBroker
 
     helpers = _integration_support()
     tmp = tmp_path_factory.mktemp("prom-live")

@@ -93,7 +93,7 @@ def test_alerts_use_only_metrics_the_worker_exports(worker_metric_names):
 
 def test_latency_slo_threshold_is_a_histogram_bucket_boundary():
     """p99 > 50 ms is only exact when 0.05 is a bucket bound of the worker's histogram."""
-    from streams.worker.metrics import Metrics
+    from loopwarden.worker.metrics import Metrics
 
     slo = next(a for a in alerts() if a["alert"] == "LoopwardenLatencySLOBreach")
     assert slo["expr"].rstrip().endswith("> 0.05")

@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 
-from schemas.config import resolve_block
-from schemas.events import decode_event
-from schemas.jsvalues import js_float
-from streams.detection import step
+from loopwarden.schemas.config import resolve_block
+from loopwarden.schemas.events import decode_event
+from loopwarden.schemas.jsvalues import js_float
+from loopwarden.detection import step
 
 MISSING = object()
 

@@ -16,12 +16,12 @@ import msgspec
 import pytest
 from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 
-from schemas.config import FleetConfig
-from schemas.verdicts import DeadLetter
-from streams.worker.batch import Limits, apply_batch
-from streams.worker.committer import Committer, PublishPolicy
-from streams.worker.runcodec import decode_value
-from streams.worker.screening import without_raw
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.verdicts import DeadLetter
+from loopwarden.worker.batch import Limits, apply_batch
+from loopwarden.worker.committer import Committer, PublishPolicy
+from loopwarden.worker.runcodec import decode_value
+from loopwarden.worker.screening import without_raw
 from tests.unit.helpers import Rec
 
 ENABLED = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2,
@@ -143,7 +143,7 @@ def test_gated_call_gets_allow_and_engine_error_is_dead_lettered(monkeypatch):
     (out,) = res.outgoing
     assert json.loads(out.value)["action"] == "allow" and out.event_ts is None
 
-    import streams.worker.batch as batch
+    import loopwarden.worker.batch as batch
 
     def boom(*a, **k):
         raise ZeroDivisionError("bug")
@@ -349,9 +349,9 @@ async def test_batches_not_yet_flushed_are_bounded_by_their_records():
 
 def test_step_time_is_sampled_across_batches_of_any_size():
     """One event in 8 is timed, however the events come: one-event batches (low traffic) too."""
-    from streams.worker.metrics import Metrics
-    from streams.worker.processor import RunProcessor
-    from streams.worker.settings import Settings
+    from loopwarden.worker.metrics import Metrics
+    from loopwarden.worker.processor import RunProcessor
+    from loopwarden.worker.settings import Settings
     from tests.unit.helpers import MemRunTable
 
     metrics = Metrics()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from schemas.config import FleetConfig
-from streams.replay import replay_lines
-from streams.worker.batch import Limits, apply_batch
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.replay import replay_lines
+from loopwarden.worker.batch import Limits, apply_batch
 from tests.unit.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
@@ -136,8 +136,8 @@ def test_no_usage_no_loop_tokens_and_no_fields():
 
 def test_synthetic_usage_changes_nothing_but_the_usage_field():
     """``fleet_events(usage=True)``: every call carries valid usage; the seed gives the same events otherwise."""
-    from schemas.events import ToolCall, decode_event
-    from streams.devtools.synthetic import fleet_events
+    from loopwarden.schemas.events import ToolCall, decode_event
+    from loopwarden.devtools.synthetic import fleet_events
 
     plain = list(fleet_events(agents=6, seed=5))
     priced = list(fleet_events(agents=6, seed=5, usage=True))

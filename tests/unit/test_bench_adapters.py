@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from streams.bench import adapters
-from streams.runner import LoopClient
+from loopwarden.bench import adapters
+from loopwarden.runner import LoopClient
 
 
 def test_a_framework_that_is_not_installed_is_skipped(monkeypatch):
-    monkeypatch.setitem(sys.modules, "streams.runner.integrations.pydantic_ai", None)  # import fails
+    monkeypatch.setitem(sys.modules, "loopwarden.runner.integrations.pydantic_ai", None)  # import fails
     why = adapters._missing("pydantic_ai")
     assert why is not None and "loopwarden[pydantic-ai]" in why
     assert adapters._missing("client") is None

@@ -1,6 +1,6 @@
 """``bench all`` combines the figures of one run into ratios and marks each target (no timing asserted)."""
 
-from streams.bench.all import ratios, text
+from loopwarden.bench.all import ratios, text
 
 
 def _report(drain: float, engine: float, p99_fixed: float, p99_fraction: float, gate_p99: float) -> dict:

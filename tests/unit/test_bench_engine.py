@@ -1,7 +1,7 @@
 """The engine benchmark runs the worker's decode + step() path (smoke test; no timing asserted)."""
 
-from streams.bench.engine import BENCH_CONFIG, build_trace, drive
-from schemas.config import FleetConfig
+from loopwarden.bench.engine import BENCH_CONFIG, build_trace, drive
+from loopwarden.schemas.config import FleetConfig
 
 
 def test_bench_trace_exercises_every_detector():
@@ -13,7 +13,7 @@ def test_bench_trace_exercises_every_detector():
 
 
 def test_synthetic_fleet_produces_each_loop_kind():
-    from streams.replay import replay_lines
+    from loopwarden.replay import replay_lines
 
     rows = list(replay_lines(build_trace(20000, seed=5), FleetConfig.from_document(BENCH_CONFIG)))
     detectors = {r["detector"] for r in rows if isinstance(r, dict)}
@@ -28,7 +28,7 @@ def test_synthetic_fleet_produces_each_loop_kind():
 
 def test_event_ids_change_no_verdict():
     # --event-ids measures what the runner client sends; the ids are all distinct, so nothing is dropped.
-    from streams.replay import replay_lines
+    from loopwarden.replay import replay_lines
 
     fleet = FleetConfig.from_document(BENCH_CONFIG)
     plain, with_ids = build_trace(8000, seed=5), build_trace(8000, seed=5, event_ids=True)
@@ -38,7 +38,7 @@ def test_event_ids_change_no_verdict():
 
 
 def test_with_event_ids_gives_distinct_ids_reproducibly():
-    from streams.devtools.simulate import endless_fleet, with_event_ids
+    from loopwarden.devtools.simulate import endless_fleet, with_event_ids
 
     def ids(seed: int) -> list[str]:
         source = with_event_ids(endless_fleet(5, 0.3, seed=1), seed=seed)

@@ -1,4 +1,4 @@
-from streams.bench.stats import percentile
+from loopwarden.bench.stats import percentile
 
 
 def test_nearest_rank_percentile():

@@ -3,8 +3,8 @@
 import argparse
 import json
 
-from schemas.config import FleetConfig
-from streams.bench.worker import BENCH_CONFIG, FLEET_BENCH_CONFIG, add_arguments, configs, versus
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.bench.worker import BENCH_CONFIG, FLEET_BENCH_CONFIG, add_arguments, configs, versus
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -41,14 +41,14 @@ def test_ratios_are_to_the_first_config():
 
 
 def test_medians_of_repeated_runs():
-    from streams.bench.worker import medians
+    from loopwarden.bench.worker import medians
 
     runs = [{"worker_events_per_s": v, "worker_cpu_us_per_event": c} for v, c in ((9, 70.0), (3, 200.0), (10, 60.0))]
     assert medians(runs) == {"worker_events_per_s": 9, "worker_cpu_us_per_event": 70.0}
 
 
 def test_p99_by_quarter_follows_the_window_in_time_order():
-    from streams.bench.worker import p99_by_quarter
+    from loopwarden.bench.worker import p99_by_quarter
 
     # 400 events over 4 s whose latency climbs by quarter (as on a Tansu filling up), shuffled by arrival.
     points = [(100.0 + i / 100, (10 + 10 * (i // 100) + i % 7) / 1000) for i in range(400)]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from schemas.events import decode_event
-from streams.detection.canonical import UNDEFINED, canonical, canonical_slow, digest, js_number, js_string
-from streams.detection.hashing import args_hash
+from loopwarden.schemas.events import decode_event
+from loopwarden.detection.canonical import UNDEFINED, canonical, canonical_slow, digest, js_number, js_string
+from loopwarden.detection.hashing import args_hash
 from tests.unit.helpers import js_loads, sha
 
 LONG_EXAMPLE_JSON = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.config import ConfigError, FleetConfig, load_config, overlay, parse_config_text, resolve_block
+from loopwarden.schemas.config import ConfigError, FleetConfig, load_config, overlay, parse_config_text, resolve_block
 
 NUMERIC = {
     "historySize": ("history_size", 30),

@@ -8,10 +8,10 @@ import logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.config import FleetConfig, overlay, resolve_block
-from schemas.config_check import check_document, check_file, explain_block
-from streams.cli import main as cli
-from streams.worker.configfeed import ConfigFeed
+from loopwarden.schemas.config import FleetConfig, overlay, resolve_block
+from loopwarden.schemas.config_check import check_document, check_file, explain_block
+from loopwarden.cli import main as cli
+from loopwarden.worker.configfeed import ConfigFeed
 
 # Values OpenClaw might meet in a hand-written config: valid, zero, negative, fractional, huge, strings, ...
 _values = st.one_of(st.none(), st.booleans(), st.integers(-5, 60), st.sampled_from([0.0, 5.0, 2.5, -1.0, 1e300,
@@ -159,7 +159,7 @@ def test_check_file_returns_the_fleet_config_the_worker_uses(tmp_path):
 
 def test_live_config_record_logs_the_same_warnings(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
-    with caplog.at_level(logging.WARNING, logger="streams.worker.configfeed"):
+    with caplog.at_level(logging.WARNING, logger="loopwarden.worker.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "warningTreshold": 3}')
     assert "record 'coder': loopDetection.warningTreshold: unknown key, ignored (did you mean warningThreshold?)" in caplog.text
     assert feed.fleet.resolve("coder").enabled is True

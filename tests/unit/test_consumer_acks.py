@@ -13,8 +13,8 @@ import asyncio
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
-from streams.worker.app import create_app
-from streams.worker.settings import from_sources
+from loopwarden.worker.app import create_app
+from loopwarden.worker.settings import from_sources
 
 TOPIC = "agent.events"
 
@@ -84,7 +84,7 @@ def test_unread_records_skip_what_was_read_and_note_gaps(tmp_path):
 def test_a_partition_handed_over_in_pieces_keeps_every_offset_to_ack():
     """While flow is paused Faust hands over one message at a time: each piece of a partition adds to
     the batch's offsets to ack instead of replacing them (a lost offset would hold its commits back)."""
-    from streams.internals.faust_consumer import collect
+    from loopwarden.internals.faust_consumer import collect
 
     tp0, tp1 = TP(TOPIC, 0), TP(TOPIC, 1)
     batch, offsets = [], {}

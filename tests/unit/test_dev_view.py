@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from schemas.fleet import Incident, encode
-from streams.devtools.dev import DEV_CONFIG, LEGEND, View, config_notes
+from loopwarden.schemas.fleet import Incident, encode
+from loopwarden.devtools.dev import DEV_CONFIG, LEGEND, View, config_notes
 
 KINDS = [("warn", "generic_repeat", "read"), ("warn", "known_poll_no_progress", "process"),
          ("warn", "ping_pong", "list"), ("block", "generic_repeat", "read"),

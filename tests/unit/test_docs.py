@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.detection import messages
+from loopwarden.detection import messages
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "streams/ARCHITECTURE.md", "schemas/WIRE.md", "streams/detection/RULES.md")

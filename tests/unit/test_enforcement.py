@@ -7,14 +7,14 @@ import json
 
 import msgspec
 
-from schemas.config import FleetConfig
-from streams.detection.state import RunState, decode_state
-from streams.replay import replay_lines
-from streams.worker.batch import Limits, apply_batch
-from streams.worker.metrics import Metrics
-from streams.worker.processor import RunProcessor
-from streams.worker.runcodec import encode_value
-from streams.worker.settings import Settings
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.detection.state import RunState, decode_state
+from loopwarden.replay import replay_lines
+from loopwarden.worker.batch import Limits, apply_batch
+from loopwarden.worker.metrics import Metrics
+from loopwarden.worker.processor import RunProcessor
+from loopwarden.worker.runcodec import encode_value
+from loopwarden.worker.settings import Settings
 from tests.unit.helpers import MemRunTable
 
 LD = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}
@@ -190,9 +190,9 @@ def test_the_expiry_sweep_counts_overdue_verdicts_of_quiet_runs_once():
 
 
 def test_the_runner_listener_reads_a_violation_as_such_not_as_undecodable():
-    from schemas.verdicts import Verdict, VerdictViolation, encode_verdict
-    from streams.runner.listener import VerdictListener
-    from streams.runner.settings import ClientSettings
+    from loopwarden.schemas.verdicts import Verdict, VerdictViolation, encode_verdict
+    from loopwarden.runner.listener import VerdictListener
+    from loopwarden.runner.settings import ClientSettings
 
     listener = VerdictListener(ClientSettings(), lambda key, v: None, lambda: None)
     raw = encode_verdict(VerdictViolation(violation_id="t:0:1:violation", kind="ran_after_block", agent_id="a"))

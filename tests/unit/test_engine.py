@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from schemas.config import FleetConfig
-from streams.detection import step
-from streams.detection.buckets import dedup_key, should_emit
-from streams.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.detection import step
+from loopwarden.detection.buckets import dedup_key, should_emit
+from loopwarden.replay import replay_lines
 from tests.unit.helpers import (
     LOW, ON, Run, cfg, event, msg_compaction, msg_generic_warning, msg_pp_critical, sig, text_hash, text_result,
 )
@@ -713,7 +713,7 @@ def test_wire_duplicate_event_id_dropped_within_the_documented_window():
     # wire.md: "a repeated event_id within a run is a duplicate delivery and is dropped". loopwarden
     # remembers the last MAX_SEEN_EVENT_IDS ids of a run (README: "Duplicate deliveries"); crash
     # redelivery in the worker is caught by offsets, not ids.
-    from streams.detection.state import MAX_SEEN_EVENT_IDS
+    from loopwarden.detection.state import MAX_SEEN_EVENT_IDS
 
     run = Run(RECORD_ONLY)
     run.arm()
@@ -829,7 +829,7 @@ def test_rule_13_4_js_numbers_make_equal_signatures():
     raw = ('{"type":"tool_call","agent_id":"agent-1","run_id":"run-1","tool_name":"read",'
            '"params":{"path":"a.txt","limit":%s,"offset":%s}}')
     variants = [("50", "0"), ("50.0", "-0"), ("5e1", "0.0"), ("500e-1", "-0.0"), ("50.00", "0e5")]
-    from schemas.events import decode_event
+    from loopwarden.schemas.events import decode_event
     for limit, offset in variants * 2:
         run.feed(decode_event(raw % (limit, offset)))
     d = one(run.feed(decode_event(raw % ("50", "0"))))

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.events import (
+from loopwarden.schemas.events import (
     DEAD_LETTER_REASONS,
     EventDecodeError,
     ToolCall,
@@ -26,11 +26,11 @@ from schemas.events import (
     run_key,
     state_key,
 )
-from schemas.jsvalues import JS_WHITESPACE
-from schemas.verdicts import Verdict, encode_verdict
-from streams.worker.screening import dead_letter_value, screen
-from streams.worker.runcodec import decode_key
-from streams.worker.runcodec import state_key as table_key
+from loopwarden.schemas.jsvalues import JS_WHITESPACE
+from loopwarden.schemas.verdicts import Verdict, encode_verdict
+from loopwarden.worker.screening import dead_letter_value, screen
+from loopwarden.worker.runcodec import decode_key
+from loopwarden.worker.runcodec import state_key as table_key
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 LIMIT_BYTES, LIMIT_DEPTH = 1 << 20, 64
@@ -254,8 +254,8 @@ def test_property_nothing_but_event_decode_error_escapes(raw):
 
 
 def test_run_state_with_lone_surrogates_round_trips_through_the_table_codec():
-    from streams.detection.state import RunState
-    from streams.worker.runcodec import RunValue, decode_value, encode_value
+    from loopwarden.detection.state import RunState
+    from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 
     state = RunState(buckets={"generic:we\udc00b:x": 1}, blocked=["c\ud800"])
     state.history.push("we\udc00b", "we\udc00b:x", "c\ud801", None, None, 30)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from schemas.config import FleetConfig
-from streams.detection.state import RunState
-from streams.worker.metrics import Metrics
-from streams.worker.processor import RunProcessor
-from streams.worker.runcodec import RunValue, decode_value, encode_value
-from streams.worker.settings import Settings
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.detection.state import RunState
+from loopwarden.worker.metrics import Metrics
+from loopwarden.worker.processor import RunProcessor
+from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
+from loopwarden.worker.settings import Settings
 from tests.unit.helpers import MemRunTable
 
 

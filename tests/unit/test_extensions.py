@@ -1,7 +1,7 @@
 """The `loopwarden` extension block: off by default, overlaid per agent, bad parts reported."""
 
-from schemas.config import FleetConfig
-from schemas.extensions import DEFAULT_EXTENSIONS, resolve_extensions
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.extensions import DEFAULT_EXTENSIONS, resolve_extensions
 
 
 def test_no_block_means_everything_off():
@@ -43,7 +43,7 @@ def test_live_override_keeps_extensions_unless_given():
 
 
 def test_fleet_wide_says_whether_any_agent_has_incidents_or_cross_run_on():
-    from schemas.config import FleetConfig
+    from loopwarden.schemas.config import FleetConfig
 
     def wide(doc: dict) -> bool:
         return FleetConfig.from_document(doc).fleet_wide()

@@ -1,4 +1,4 @@
-"""Fleet incidents and cross_run_repeat: the pure code (streams.fleet) and ``replay --incidents``."""
+"""Fleet incidents and cross_run_repeat: the pure code (loopwarden.fleet) and ``replay --incidents``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import json
 import msgspec
 import pytest
 
-from schemas.config import FleetConfig
-from schemas.events import decode_event
-from schemas.extensions import CrossRun, Incidents
-from streams.detection import RunState, decode_state, step
-from streams.fleet import crossrun, incidents
-from streams.fleet.joins import fingerprint, run_signals
-from streams.fleet.offline import FleetSide
-from schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
-from streams.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import decode_event
+from loopwarden.schemas.extensions import CrossRun, Incidents
+from loopwarden.detection import RunState, decode_state, step
+from loopwarden.fleet import crossrun, incidents
+from loopwarden.fleet.joins import fingerprint, run_signals
+from loopwarden.fleet.offline import FleetSide
+from loopwarden.schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
+from loopwarden.replay import replay_lines
 
 EXT_ON = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}})
 CFG = Incidents(enabled=True)  # minStreak 3, minRuns 5, minAgents 2, window 600
@@ -298,7 +298,7 @@ def test_replay_incidents_open_update_resolve_in_event_time():
 def test_replay_without_the_flag_or_with_it_off_is_unchanged():
     doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
                                        "globalCircuitBreakerThreshold": 7}}}
-    from streams.devtools.synthetic import fleet_events
+    from loopwarden.devtools.synthetic import fleet_events
 
     trace = [json.dumps({**e, "ts": float(i)}) for i, e in enumerate(fleet_events(agents=6, loop_share=0.9, seed=3))]
     plain = list(replay_lines(trace, FleetConfig.from_document(doc)))
@@ -337,7 +337,7 @@ def test_fleet_side_resolves_by_event_time_only():
 # -- the simulator's scenarios ---------------------------------------------------------------------
 
 def test_simulated_outage_opens_one_incident_and_heartbeat_warns():
-    from streams.devtools.simulate import endless_fleet, with_scenarios
+    from loopwarden.devtools.simulate import endless_fleet, with_scenarios
 
     doc = {"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}}
     events = with_scenarios(endless_fleet(10, 0.3, 7), outage=6, heartbeat=2, every=300)
@@ -370,8 +370,8 @@ def test_a_shadowed_fleet_response_reports_its_blocks_and_refuses_nothing():
 
 
 def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_without_one():
-    from schemas.fleet import decode_incident
-    from streams.fleet.response import IncidentBoard, fleet_step
+    from loopwarden.schemas.fleet import decode_incident
+    from loopwarden.fleet.response import IncidentBoard, fleet_step
 
     doc = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3}}}
     fleet = FleetConfig.from_document(doc)
@@ -391,7 +391,7 @@ def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_with
 def test_a_shadowed_cross_run_repeat_is_reported_as_shadow():
     """``cross_run_repeat`` in ``loopwarden.shadow`` (or ``shadow: true``): the same warnings, marked
     shadow, so the worker records them on the shadow topic and the runner hears nothing."""
-    from streams.devtools.simulate import endless_fleet, with_scenarios
+    from loopwarden.devtools.simulate import endless_fleet, with_scenarios
 
     events = with_scenarios(endless_fleet(6, 0.3, 7), heartbeat=2, every=300)
     trace = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(1500), events)]
@@ -414,10 +414,10 @@ def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(sh
     import asyncio
     import types
 
-    from schemas.fleet import encode as encode_signal
-    from streams.worker.fleet_agent import FleetRuntime
-    from streams.worker.metrics import Metrics
-    from streams.worker.settings import from_sources
+    from loopwarden.schemas.fleet import encode as encode_signal
+    from loopwarden.worker.fleet_agent import FleetRuntime
+    from loopwarden.worker.metrics import Metrics
+    from loopwarden.worker.settings import from_sources
 
     loopwarden = {"crossRun": {"enabled": True}, **({"shadow": ["cross_run_repeat"]} if shadow else {})}
     fleet = FleetConfig.from_document({"loopwarden": loopwarden})

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from streams.detection.hashing import args_hash, error_text, outcome_hash, strip_volatile, unknown_tool_name
+from loopwarden.detection.hashing import args_hash, error_text, outcome_hash, strip_volatile, unknown_tool_name
 from tests.unit.helpers import MISSING, Run, js_loads, sha
 
 # ---------------------------------------------------------------- two ways to get a resultHash

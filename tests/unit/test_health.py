@@ -8,7 +8,7 @@ import time
 
 import mode
 
-from streams.worker.health import EXIT_UNHEALTHY, Health, Watchdog
+from loopwarden.worker.health import EXIT_UNHEALTHY, Health, Watchdog
 
 
 async def test_a_crashed_service_makes_healthz_503_with_its_reason():

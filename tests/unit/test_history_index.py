@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from streams.detection.history import record_call, record_outcome
-from streams.detection.state import History, RunState, decode_state, encode_state
+from loopwarden.detection.history import record_call, record_outcome
+from loopwarden.detection.state import History, RunState, decode_state, encode_state
 
 
 def _recount(h: History, sig: str) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.config import FleetConfig, resolve_block
-from streams.detection.history import record_call, record_outcome
-from streams.detection.state import History
+from loopwarden.schemas.config import FleetConfig, resolve_block
+from loopwarden.detection.history import record_call, record_outcome
+from loopwarden.detection.state import History
 
 _TOOLS = ("read", "exec", "a:b")  # a colon in a tool name must not make two signatures collide
 
@@ -76,9 +76,9 @@ def test_payload_memo_entries_are_invisible_to_the_cyclic_gc():
     collector run several times as often. Keys and values must stay untracked objects."""
     import gc
 
-    from schemas.events import decode_event
-    from streams.detection import step
-    from streams.detection.payloads import HASHER
+    from loopwarden.schemas.events import decode_event
+    from loopwarden.detection import step
+    from loopwarden.detection.payloads import HASHER
 
     fleet = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}})
     HASHER.clear()

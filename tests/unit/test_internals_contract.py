@@ -96,14 +96,14 @@ def test_mode_worker_setup_logging():
 def test_our_transport_is_registered_with_faust():
     from faust.transport import by_url
 
-    from streams.internals.faust_consumer import Transport
+    from loopwarden.internals.faust_consumer import Transport
 
     assert by_url("loopwarden://127.0.0.1:9092") is Transport
 
 
 def test_end_offset_probe_uses_the_worker_security_settings():
-    from streams.internals.faust_consumer import probe_kwargs
-    from streams.worker.settings import Settings
+    from loopwarden.internals.faust_consumer import probe_kwargs
+    from loopwarden.worker.settings import Settings
 
     s = Settings(broker="kafka://b1:9093,kafka://b2:9093", security_protocol="SASL_PLAINTEXT",
                  sasl_username="u", sasl_password="p")

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from schemas.config import FleetConfig
-from schemas.events import EventDecodeError, decode_event, state_key
-from streams.detection import encode_state, decode_state, step
-from streams.replay import BadLine, replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import EventDecodeError, decode_event, state_key
+from loopwarden.detection import encode_state, decode_state, step
+from loopwarden.replay import BadLine, replay_lines
 
 LOW = {"tools": {"loopDetection": {"enabled": True, "historySize": 3, "warningThreshold": 2,
                                    "criticalThreshold": 3, "globalCircuitBreakerThreshold": 4}}}

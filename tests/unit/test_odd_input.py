@@ -8,11 +8,11 @@ Python value prints (``1e400``, 400-digit integers).
 
 from __future__ import annotations
 
-from schemas.config import FleetConfig, load_config, parse_config_text
-from schemas.events import decode_event
-from streams.detection import state as state_module
-from streams.detection import engine
-from streams.replay import BadLine, replay_lines
+from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
+from loopwarden.schemas.events import decode_event
+from loopwarden.detection import state as state_module
+from loopwarden.detection import engine
+from loopwarden.replay import BadLine, replay_lines
 from tests.unit.helpers import LOW, Run, msg_unknown, sha, sig
 
 HUGE_INT = "1" + "0" * 320  # beyond the double range: Infinity in JavaScript

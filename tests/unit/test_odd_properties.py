@@ -15,11 +15,11 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.config import FleetConfig, parse_config_text
-from streams.worker.screening import screen
-from streams.detection import step
-from streams.detection.payloads import call_info, load
-from streams.detection.canonical import canonical, canonical_slow
+from loopwarden.schemas.config import FleetConfig, parse_config_text
+from loopwarden.worker.screening import screen
+from loopwarden.detection import step
+from loopwarden.detection.payloads import call_info, load
+from loopwarden.detection.canonical import canonical, canonical_slow
 
 NUMBERS = st.sampled_from([
     "0", "-0", "-0.0", "1", "-1", "5.0", "1e400", "-1e400", "1E+400", "1e-400", "-1e-400", "1e21", "1e-7",

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from streams.devtools.broker import free_port
-from streams.kafka.producer import RecordProducer
-from streams.worker.settings import from_sources
+from loopwarden.devtools.broker import free_port
+from loopwarden.kafka.producer import RecordProducer
+from loopwarden.worker.settings import from_sources
 
 
 def test_records_go_through_their_own_producer_not_the_changelogs(tmp_path):
-    from streams.worker.app import create_app
+    from loopwarden.worker.app import create_app
 
     app, rt = create_app(from_sources({"data_dir": str(tmp_path)}, environ={}))
     assert isinstance(app.record_producer, RecordProducer)

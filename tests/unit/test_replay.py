@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.config import load_config
-from streams.replay import BadLine, replay_lines
+from loopwarden.schemas.config import load_config
+from loopwarden.replay import BadLine, replay_lines
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -52,7 +52,7 @@ def cli_args(name, config=None):
 
 
 def run_main(args, capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     rc = main(args)
     out = capsys.readouterr()
@@ -134,14 +134,14 @@ def test_replay_lines_bad_line_reasons():
     ids=["missing-events", "missing-config"],
 )
 def test_cli_replay_exit_2_when_unreadable(args, capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     assert main(args) == 2
     assert capsys.readouterr().err.strip()
 
 
 def test_cli_replay_exit_2_for_invalid_config(tmp_path, capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     bad = tmp_path / "bad.json5"
     bad.write_text("{tools: {loopDetection: {enabled: true,,}}", encoding="utf-8")
@@ -164,7 +164,7 @@ def test_cli_replay_empty_file(tmp_path, capsys):
 def test_cli_replay_subprocess_output_and_no_faust():
     snippet = (
         "import sys\n"
-        "from streams.cli import main\n"
+        "from loopwarden.cli import main\n"
         f"rc = main({cli_args('fleet', CASES['fleet'])!r})\n"
         "heavy = sorted(m for m in ('faust', 'aiokafka') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
@@ -176,7 +176,7 @@ def test_cli_replay_subprocess_output_and_no_faust():
 
 
 def test_cli_replay_as_module_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", *cli_args("guard")], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "loopwarden.cli", *cli_args("guard")], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     compare([json.loads(x) for x in proc.stdout.splitlines() if x.strip()], expected_rows("guard"))

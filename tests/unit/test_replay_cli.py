@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streams.cli import main
+from loopwarden.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -39,7 +39,7 @@ def test_event_index_of_rows_counts_non_blank_lines_from_zero(tmp_path, capsys):
 
 def test_dash_reads_stdin():
     lines = "\n".join(GOOD % i for i in range(12)) + "\n"
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", "replay", "-", "--config",
+    proc = subprocess.run([sys.executable, "-m", "loopwarden.cli", "replay", "-", "--config",
                            str(DATA / "enabled.config.json")], input=lines, capture_output=True, text=True,
                           cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from streams.worker.settings import from_sources
+from loopwarden.worker.settings import from_sources
 
 
 def test_run_and_fleet_tables_get_the_block_cache_and_memtable_settings(tmp_path):
-    from streams.worker.app import create_app
+    from loopwarden.worker.app import create_app
 
     settings = from_sources({"data_dir": str(tmp_path), "rocksdb_block_cache_mb": 3,
                              "rocksdb_write_buffer_mb": 5}, environ={})

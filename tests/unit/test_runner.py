@@ -7,11 +7,11 @@ import asyncio
 import msgspec
 import pytest
 
-from schemas.events import decode_event, encode_event, run_key
-from schemas.verdicts import Verdict
-from streams.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result
-from streams.runner import wire
-from streams.runner.state import RecentIds, RunState
+from loopwarden.schemas.events import decode_event, encode_event, run_key
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result
+from loopwarden.runner import wire
+from loopwarden.runner.state import RecentIds, RunState
 
 
 def verdict(vid: str, action: str = "warn", run_id: str | None = "r1", **kw) -> Verdict:
@@ -133,9 +133,9 @@ def test_settings_from_env():
 
 def test_runner_and_worker_agree_on_the_run_key_for_odd_run_ids():
     """One rule: a run id blank only to JavaScript (BOM) is no run id on both sides."""
-    from schemas.events import ToolCall, run_key
-    from streams.devtools.simulate import run_key as sim_key
-    from streams.runner.wire import RunRef
+    from loopwarden.schemas.events import ToolCall, run_key
+    from loopwarden.devtools.simulate import run_key as sim_key
+    from loopwarden.runner.wire import RunRef
 
     for run_id in ("\ufeff", " r1 ", "\u2028", "", None, "r1"):
         ref = RunRef(agent_id="a", session_id="s", run_id=run_id)
@@ -144,9 +144,9 @@ def test_runner_and_worker_agree_on_the_run_key_for_odd_run_ids():
 
 
 def test_one_bootstrap_parser():
-    from streams.kafka.connection import servers
-    from streams.runner.settings import ClientSettings
-    from streams.worker.settings import Settings
+    from loopwarden.kafka.connection import servers
+    from loopwarden.runner.settings import ClientSettings
+    from loopwarden.worker.settings import Settings
 
     assert servers("kafka://a:1, b:2,,") == ["a:1", "b:2"]
     assert ClientSettings(bootstrap="kafka://a:1,b:2").servers == ["a:1", "b:2"]
@@ -221,8 +221,8 @@ async def test_unencodable_payloads_never_raise_and_fallbacks_are_counted():
 
 
 def test_a_verdict_ack_passes_through_the_engine_untouched():
-    from schemas.config import FleetConfig
-    from streams.detection import RunState as EngineState, encode_state, step
+    from loopwarden.schemas.config import FleetConfig
+    from loopwarden.detection import RunState as EngineState, encode_state, step
 
     ref = wire.RunRef(agent_id="a", run_id="r1")
     ack = decode_event(encode_event(wire.verdict_ack(ref, "t:0:5:0", "applied", "block: tool not run")))
@@ -263,7 +263,7 @@ async def test_gated_outcomes_are_acknowledged_by_the_client():
 
 
 async def test_start_with_no_broker_fails_open_unless_required():
-    from streams.devtools.broker import free_port
+    from loopwarden.devtools.broker import free_port
 
     port = free_port()  # nothing listens there
     client = await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000).start(), 30)
@@ -311,8 +311,8 @@ async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
 async def test_the_listener_drops_other_runs_verdicts_on_their_key_without_decoding():
     from types import SimpleNamespace
 
-    from schemas.verdicts import encode_verdict
-    from streams.runner.listener import VerdictListener
+    from loopwarden.schemas.verdicts import encode_verdict
+    from loopwarden.runner.listener import VerdictListener
 
     client = LoopClient(ClientSettings())  # not started: the listener is fed by hand
     mine = client.run("a", run_id="r1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.worker.runtable import YIELD_EVERY, RunTable
+from loopwarden.worker.runtable import YIELD_EVERY, RunTable
 
 
 class _DB(dict):

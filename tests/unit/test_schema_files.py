@@ -1,16 +1,16 @@
-"""The checked-in JSON Schema files match the msgspec Structs (regenerate: python -m schemas.export)."""
+"""The checked-in JSON Schema files match the msgspec Structs (regenerate: python -m loopwarden.schemas.export)."""
 
 import json
 
 import pytest
 
-from schemas import export
+from loopwarden.schemas import export
 
 
 @pytest.mark.parametrize("name", sorted(export.SCHEMAS))
 def test_checked_in_schema_is_current(name):
     on_disk = (export.HERE / name).read_text(encoding="utf-8")
-    assert on_disk == export.render()[name], f"{name} is stale: run `python -m schemas.export`"
+    assert on_disk == export.render()[name], f"{name} is stale: run `python -m loopwarden.schemas.export`"
 
 
 def test_event_schema_describes_the_five_types():

@@ -1,12 +1,12 @@
-"""TLS/SASL settings reach every Kafka client the same way (streams.kafka.connection)."""
+"""TLS/SASL settings reach every Kafka client the same way (loopwarden.kafka.connection)."""
 
 import ssl
 
 import pytest
 
-from streams.runner.settings import ClientSettings
-from streams.kafka.connection import SecurityError, faust_credentials, kafka_auth
-from streams.worker.settings import Settings, from_sources
+from loopwarden.runner.settings import ClientSettings
+from loopwarden.kafka.connection import SecurityError, faust_credentials, kafka_auth
+from loopwarden.worker.settings import Settings, from_sources
 
 
 def test_plaintext_adds_nothing():

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.config import FleetConfig
-from streams.detection import step
-from streams.detection.state import MAX_SEEN_EVENT_IDS, RunState, decode_state, encode_state
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.detection import step
+from loopwarden.detection.state import MAX_SEEN_EVENT_IDS, RunState, decode_state, encode_state
 from tests.unit.helpers import event
 
 CONFIG = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}}).resolve("a")

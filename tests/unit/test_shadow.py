@@ -8,11 +8,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from schemas.config import FleetConfig, load_config, parse_config_text
-from schemas.events import decode_event, encode_event, state_key
-from streams.detection import RunState, encode_state, step
-from streams.devtools.synthetic import fleet_events
-from streams.replay import BadLine, replay_lines
+from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
+from loopwarden.schemas.events import decode_event, encode_event, state_key
+from loopwarden.detection import RunState, encode_state, step
+from loopwarden.devtools.synthetic import fleet_events
+from loopwarden.replay import BadLine, replay_lines
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 IDENTITY = ("detector", "level", "count", "warning_key", "message", "tool_name", "action")
@@ -146,7 +146,7 @@ def test_switching_an_agent_from_shadow_to_enforce_takes_effect_on_its_next_even
 
 
 def test_extension_block_without_shadow_gives_byte_identical_replay(tmp_path, capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     doc = fleet_doc(False)
     doc["loopwarden"]["escalation"] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from streams.devtools.simulate import ack_for, register
+from loopwarden.devtools.simulate import ack_for, register
 
 
 def _verdict(i: int, action: str = "block", type_: str = "verdict") -> dict:

@@ -8,10 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from schemas.config import FleetConfig, load_config
-from streams.devtools.synthetic import fleet_events
-from streams.replay import BadLine, replay_lines
-from streams.tune import grid, memo_room, parse_sweep, prepare, tune
+from loopwarden.schemas.config import FleetConfig, load_config
+from loopwarden.devtools.synthetic import fleet_events
+from loopwarden.replay import BadLine, replay_lines
+from loopwarden.tune import grid, memo_room, parse_sweep, prepare, tune
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
@@ -104,7 +104,7 @@ def test_guard_window_knob_reaches_the_guard():
 
 
 def test_cli_json_and_plot(tmp_path, capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     png = tmp_path / "sweep.png"
     trace = tmp_path / "trace.jsonl"
@@ -119,7 +119,7 @@ def test_cli_json_and_plot(tmp_path, capsys):
 
 
 def test_cli_table_lists_detectors(capsys):
-    from streams.cli import main
+    from loopwarden.cli import main
 
     assert main(["tune", str(DATA / "fleet.jsonl"), "--config", str(DATA / "fleet.config.json5")]) == 0
     out = capsys.readouterr().out

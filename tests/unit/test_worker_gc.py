@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import gc
 
-from streams.worker import command
-from streams.worker.settings import from_sources
+from loopwarden.worker import command
+from loopwarden.worker.settings import from_sources
 
 
 def test_run_worker_freezes_startup_objects_before_the_worker_runs(monkeypatch):
-    import streams.kafka.admin
-    import streams.worker.app
+    import loopwarden.kafka.admin
+    import loopwarden.worker.app
 
     seen: dict[str, int] = {}
 
@@ -28,8 +28,8 @@ def test_run_worker_freezes_startup_objects_before_the_worker_runs(monkeypatch):
     async def no_topics(_settings):
         return []
 
-    monkeypatch.setattr(streams.kafka.admin, "ensure_topics", no_topics)
-    monkeypatch.setattr(streams.worker.app, "create_app", lambda settings, fleet: (FakeApp(), None))
+    monkeypatch.setattr(loopwarden.kafka.admin, "ensure_topics", no_topics)
+    monkeypatch.setattr(loopwarden.worker.app, "create_app", lambda settings, fleet: (FakeApp(), None))
     gc.unfreeze()
     try:
         assert command.run_worker(from_sources({}, environ={})) == 0

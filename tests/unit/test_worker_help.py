@@ -7,8 +7,8 @@ import re
 
 import msgspec
 
-from streams.kafka.connection import SecuritySettings
-from streams.worker.settings import add_arguments, from_sources
+from loopwarden.kafka.connection import SecuritySettings
+from loopwarden.worker.settings import add_arguments, from_sources
 
 
 def parser():

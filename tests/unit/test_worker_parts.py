@@ -9,12 +9,12 @@ import json
 import msgspec
 import pytest
 
-from schemas.events import EventDecodeError, decode_event
-from streams.worker.screening import dead_letter_value, nesting_depth, screen
-from streams.worker.configfeed import block_of
-from streams.detection import RunState
-from streams.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
-from streams.worker.settings import Settings, add_arguments, env_name, from_sources
+from loopwarden.schemas.events import EventDecodeError, decode_event
+from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
+from loopwarden.worker.configfeed import block_of
+from loopwarden.detection import RunState
+from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
+from loopwarden.worker.settings import Settings, add_arguments, env_name, from_sources
 
 CALL = {"type": "tool_call", "agent_id": "a", "run_id": " r1 ", "tool_name": "read"}
 

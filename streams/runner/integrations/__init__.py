@@ -1,10 +1,10 @@
 """Framework adapters for the runner client (each an optional extra).
 
-- :mod:`streams.runner.integrations.langchain`: LangChain v1 ``create_agent``
+- :mod:`loopwarden.runner.integrations.langchain`: LangChain v1 ``create_agent``
   middleware, and the same gate for LangGraph's ``ToolNode`` (``loopwarden[langchain]``);
-- :mod:`streams.runner.integrations.openai_agents`: OpenAI Agents SDK tool
+- :mod:`loopwarden.runner.integrations.openai_agents`: OpenAI Agents SDK tool
   guardrails (``loopwarden[openai-agents]``);
-- :mod:`streams.runner.integrations.pydantic_ai`: a PydanticAI capability
+- :mod:`loopwarden.runner.integrations.pydantic_ai`: a PydanticAI capability
   (``loopwarden[pydantic-ai]``).
 
 Nothing is imported here, so a missing framework only matters to its own adapter.

@@ -1,7 +1,7 @@
 """What every framework adapter does, written once: gate a call, publish its outcome, ack.
 
 An adapter maps its framework's notions (a tool call and its id, a thread
-or trace, an agent name) to a :class:`~streams.runner.wire.RunRef` and to
+or trace, an agent name) to a :class:`~loopwarden.runner.wire.RunRef` and to
 these calls; how the answer reaches the model (a tool message, a rejected
 guardrail, a returned value) and how a run ends are the framework's own.
 """
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
-from streams.runner.state import Decision
+from loopwarden.runner.state import Decision
 
 if TYPE_CHECKING:
-    from streams.runner.client import LoopClient
-    from streams.runner.run import Run
-    from streams.runner.wire import RunRef
+    from loopwarden.runner.client import LoopClient
+    from loopwarden.runner.run import Run
+    from loopwarden.runner.wire import RunRef
 
 WARN_PREFIX = "\n\n[loopwarden] "
 

@@ -23,7 +23,7 @@ is the invocation's run id (``config["run_id"]``, as LangGraph's
 ``execution_info.run_id`` reports it). Without either, every invocation of
 the agent is one run (keyed by ``agent_id``). Pass ``resolve=`` (a function of
 the LangGraph runtime or tool runtime returning a
-:class:`~streams.runner.wire.RunRef`) to map them differently. The run ends
+:class:`~loopwarden.runner.wire.RunRef`) to map them differently. The run ends
 (``run_end``) when the agent finishes (``after_agent``) unless
 ``end_runs=False``. Async only (``ainvoke``/``astream``): the client is asyncio.
 """
@@ -35,8 +35,8 @@ from typing import Any, Awaitable, Callable
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import ToolMessage
 
-from streams.runner.integrations._gate import Gate, block_message, warning_note
-from streams.runner.wire import RunRef
+from loopwarden.runner.integrations._gate import Gate, block_message, warning_note
+from loopwarden.runner.wire import RunRef
 
 Resolve = Callable[[Any], RunRef]
 

@@ -16,7 +16,7 @@ tool exceptions::
   call's output (the SDK's own call id);
 - ``abort``: the input guardrail answers ``raise_exception``: the run ends
   with ``ToolInputGuardrailTripwireTriggered`` (its ``output.output_info`` is
-  the :class:`~streams.runner.state.Decision`).
+  the :class:`~loopwarden.runner.state.Decision`).
 
 A tool that raises is published as that call's ``error`` (the real exception,
 through ``RunConfig.tool_error_formatter``, which this wraps: a formatter
@@ -27,7 +27,7 @@ Run identity: ``agent_id`` is the constructor's, else the agent's ``name``;
 ``run_id`` is the run's trace id (each ``Runner.run`` has its own; with
 tracing disabled, ``RunConfig.trace_id`` if you set one, else the run is the
 session). Pass ``resolve=`` (a function of the guardrail's ``ToolContext``
-returning a :class:`~streams.runner.wire.RunRef`) to map them differently.
+returning a :class:`~loopwarden.runner.wire.RunRef`) to map them differently.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from agents.tool_guardrails import (ToolGuardrailFunctionOutput, ToolInputGuardr
                                     ToolOutputGuardrail, ToolOutputGuardrailData)
 from agents.tracing import get_current_trace
 
-from streams.runner.integrations._gate import Gate, block_message, warning_note
-from streams.runner.wire import RunRef
+from loopwarden.runner.integrations._gate import Gate, block_message, warning_note
+from loopwarden.runner.wire import RunRef
 
 Resolve = Callable[[Any], RunRef]
 

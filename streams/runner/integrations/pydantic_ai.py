@@ -16,7 +16,7 @@ Run identity: ``agent_id`` is the constructor's, else the agent's ``name``;
 ``session_id`` is the run's ``conversation_id``; ``run_id`` its ``run_id``
 (``agent.run(..., conversation_id=..., run_id=...)``, or the ones PydanticAI
 generates). Pass ``resolve=`` (a function of the ``RunContext`` returning a
-:class:`~streams.runner.wire.RunRef`) to map them differently. The run ends
+:class:`~loopwarden.runner.wire.RunRef`) to map them differently. The run ends
 (``run_end``) when the agent run does, even cancelled (``wrap_run``).
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Callable
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ToolReturn
 
-from streams.runner.integrations._gate import Gate, block_message, warning_note
-from streams.runner.wire import RunRef
+from loopwarden.runner.integrations._gate import Gate, block_message, warning_note
+from loopwarden.runner.wire import RunRef
 
 Resolve = Callable[[Any], RunRef]
 

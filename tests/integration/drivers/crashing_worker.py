@@ -19,9 +19,9 @@ def main() -> int:
     service, delay = sys.argv[1], float(sys.argv[2])
     argv = sys.argv[sys.argv.index("--") + 1:]
 
-    import streams.worker.app as app_module
-    from streams.internals.faust_table import fetcher_service
-    from streams.cli import main as cli_main
+    import loopwarden.worker.app as app_module
+    from loopwarden.internals.faust_table import fetcher_service
+    from loopwarden.cli import main as cli_main
 
     real_create_app = app_module.create_app
 
