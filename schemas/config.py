@@ -148,11 +148,24 @@ class FleetConfig:
     :meth:`with_override`, so a worker can swap it atomically.
     """
 
-    __slots__ = ("global_block", "agent_blocks", "global_ext", "agent_ext", "_cache", "_ext_cache", "_fleet_wide",
-                 "_no_block_config")
+    __slots__ = (
+        "global_block",
+        "agent_blocks",
+        "global_ext",
+        "agent_ext",
+        "_cache",
+        "_ext_cache",
+        "_fleet_wide",
+        "_no_block_config",
+    )
 
-    def __init__(self, global_block: dict | None = None, agent_blocks: dict[str, dict | None] | None = None,
-                 global_ext: dict | None = None, agent_ext: dict[str, dict | None] | None = None):
+    def __init__(
+        self,
+        global_block: dict | None = None,
+        agent_blocks: dict[str, dict | None] | None = None,
+        global_ext: dict | None = None,
+        agent_ext: dict[str, dict | None] | None = None,
+    ):
         self.global_block = global_block if isinstance(global_block, dict) else None
         self.agent_blocks = {normalize_agent_id(k): v for k, v in (agent_blocks or {}).items()}
         # The `loopwarden` extension blocks (loopwarden.schemas.extensions), kept apart from OpenClaw's.
@@ -166,7 +179,7 @@ class FleetConfig:
         self._no_block_config = resolve_block(self.global_block)
 
     @classmethod
-    def from_document(cls, doc: Any) -> "FleetConfig":
+    def from_document(cls, doc: Any) -> FleetConfig:
         """Build from an OpenClaw config document (``tools`` / ``agents.list``)."""
         if doc is None:
             return cls()
@@ -196,7 +209,9 @@ class FleetConfig:
         cached = self._cache.get(agent_id)
         if cached is None:
             agent_block = self.agent_blocks.get(normalize_agent_id(agent_id))
-            cached = self._no_block_config if agent_block is None else resolve_block(overlay(self.global_block, agent_block))
+            cached = (
+                self._no_block_config if agent_block is None else resolve_block(overlay(self.global_block, agent_block))
+            )
             self._cache[agent_id] = cached
         return cached
 
@@ -231,7 +246,7 @@ class FleetConfig:
             out += [f"agent {agent}: {p}" for p in resolve_extensions(block)[1]]
         return out
 
-    def with_override(self, key: str, block: Any, ext: Any = None) -> "FleetConfig":
+    def with_override(self, key: str, block: Any, ext: Any = None) -> FleetConfig:
         """Apply one config-topic record: key ``*`` is the global block; ``None`` deletes.
 
         ``ext`` is the record's ``loopwarden`` block; a record without one
@@ -299,7 +314,7 @@ def _parse_error(text: str, exc: Exception, name: str | None) -> str:
     if found:  # pyjson5 gives a 1-based character position
         pos = max(int(found.group(1)) - 1, 0)
         where += f" line {text.count(chr(10), 0, pos) + 1}"
-        message = message[:found.start()] + message[found.end():]
+        message = message[: found.start()] + message[found.end() :]
     message = re.sub(r"b'([^']*)'", r"\1", message)  # "Stray b'comma'" -> "Stray comma"
     message = re.sub(r"U\+([0-9A-F]{4,6})", lambda m: repr(chr(int(m.group(1), 16))), message)
     return f"{where}: not valid JSON/JSON5: {message}"

@@ -39,8 +39,16 @@ from loopwarden.schemas.config import (
 )
 from loopwarden.schemas.extensions import Extensions, resolve_extensions
 
-LOOP_DETECTION_KEYS = ("enabled", "historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
-                       "globalCircuitBreakerThreshold", "detectors", "postCompactionGuard")
+LOOP_DETECTION_KEYS = (
+    "enabled",
+    "historySize",
+    "warningThreshold",
+    "criticalThreshold",
+    "unknownToolThreshold",
+    "globalCircuitBreakerThreshold",
+    "detectors",
+    "postCompactionGuard",
+)
 DETECTOR_KEYS = ("genericRepeat", "knownPollNoProgress", "pingPong")
 GUARD_KEYS = ("windowSize",)
 # The extension block's key sets, straight from its Structs (camelCase on the wire).
@@ -54,8 +62,11 @@ _NUMERIC = (  # (key, ResolvedConfig field, default); the order of §1.4
     ("unknownToolThreshold", "unknown_tool_threshold", DEFAULT_UNKNOWN_TOOL_THRESHOLD),
     ("globalCircuitBreakerThreshold", "global_circuit_breaker_threshold", DEFAULT_GLOBAL_THRESHOLD),
 )
-_SWITCHES = (("genericRepeat", "generic_repeat"), ("knownPollNoProgress", "known_poll_no_progress"),
-             ("pingPong", "ping_pong"))
+_SWITCHES = (
+    ("genericRepeat", "generic_repeat"),
+    ("knownPollNoProgress", "known_poll_no_progress"),
+    ("pingPong", "ping_pong"),
+)
 BUCKET = 10  # warnings are published when a count reaches 10, 20, 30 ... (fixed, not a setting)
 
 
@@ -118,8 +129,9 @@ def suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
 
 def _near(key: str, name: str) -> bool:
     """``key`` looks like a misspelling of ``name`` (but is not ``name``)."""
-    return key != name and (key.lower() == name.lower()
-                            or difflib.SequenceMatcher(None, key.lower(), name.lower()).ratio() >= 0.8)
+    return key != name and (
+        key.lower() == name.lower() or difflib.SequenceMatcher(None, key.lower(), name.lower()).ratio() >= 0.8
+    )
 
 
 def _unknown(block: Any, known: tuple[str, ...], where: str) -> list[str]:
@@ -159,8 +171,9 @@ def tools_warnings(tools: Any, where: str) -> list[str]:
     """Only near misses of ``loopDetection`` (``tools`` holds many other OpenClaw settings)."""
     if not isinstance(tools, dict):
         return []
-    return [f"{where}.{k}: unknown key, ignored (did you mean loopDetection?)"
-            for k in tools if _near(k, "loopDetection")]
+    return [
+        f"{where}.{k}: unknown key, ignored (did you mean loopDetection?)" for k in tools if _near(k, "loopDetection")
+    ]
 
 
 def record_warnings(block: Any, ext: Any, key: str) -> list[str]:
@@ -202,29 +215,47 @@ def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, 
     warning, critical = values["warning_threshold"], values["critical_threshold"]
     if critical <= warning:
         values["critical_threshold"] = warning + 1
-        note("criticalThreshold", warning + 1,
-             f"criticalThreshold {critical} ≤ warningThreshold {warning}: raised to {warning + 1}",
-             origin("criticalThreshold"))
+        note(
+            "criticalThreshold",
+            warning + 1,
+            f"criticalThreshold {critical} ≤ warningThreshold {warning}: raised to {warning + 1}",
+            origin("criticalThreshold"),
+        )
     critical, global_ = values["critical_threshold"], values["global_circuit_breaker_threshold"]
     if global_ <= critical:
         values["global_circuit_breaker_threshold"] = critical + 1
-        note("globalCircuitBreakerThreshold", critical + 1,
-             f"globalCircuitBreakerThreshold {global_} ≤ criticalThreshold {critical}: raised to {critical + 1}",
-             origin("globalCircuitBreakerThreshold"))
+        note(
+            "globalCircuitBreakerThreshold",
+            critical + 1,
+            f"globalCircuitBreakerThreshold {global_} ≤ criticalThreshold {critical}: raised to {critical + 1}",
+            origin("globalCircuitBreakerThreshold"),
+        )
 
     enabled = block.get("enabled", msgspec.UNSET)
     on = enabled is not msgspec.UNSET and _truthy(enabled)
     if enabled is msgspec.UNSET or enabled is None:
-        note("enabled", False, f"enabled {'not set' if enabled is msgspec.UNSET else 'null'}: the rolling detectors"
-             " are off (calls are still recorded and the post-compaction guard is on)", origin("enabled"))
+        note(
+            "enabled",
+            False,
+            f"enabled {'not set' if enabled is msgspec.UNSET else 'null'}: the rolling detectors"
+            " are off (calls are still recorded and the post-compaction guard is on)",
+            origin("enabled"),
+        )
     elif not isinstance(enabled, bool):
-        extra = "" if on else " (calls are still recorded and the post-compaction guard is on: only exactly false " \
-                              "turns those off)"
+        extra = (
+            ""
+            if on
+            else " (calls are still recorded and the post-compaction guard is on: only exactly false turns those off)"
+        )
         note("enabled", on, f"enabled {show(enabled)} is not a boolean: counts as {show(on)}{extra}", origin("enabled"))
     if on and values["warning_threshold"] < BUCKET:
-        note("warningThreshold", values["warning_threshold"],
-             f"warningThreshold {values['warning_threshold']} < {BUCKET}: warnings are published only when a count "
-             f"reaches {BUCKET}, {2 * BUCKET}, ..., so counts below {BUCKET} warn nobody", origin("warningThreshold"))
+        note(
+            "warningThreshold",
+            values["warning_threshold"],
+            f"warningThreshold {values['warning_threshold']} < {BUCKET}: warnings are published only when a count "
+            f"reaches {BUCKET}, {2 * BUCKET}, ..., so counts below {BUCKET} warn nobody",
+            origin("warningThreshold"),
+        )
 
     detectors = block.get("detectors")
     if detectors is not None and not isinstance(detectors, dict):
@@ -234,24 +265,35 @@ def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, 
         raw = detectors.get(key, msgspec.UNSET)
         values[field] = True if raw is msgspec.UNSET or raw is None else _truthy(raw)
         if raw is None or (raw is not msgspec.UNSET and not isinstance(raw, bool)):
-            why = "null: default true" if raw is None else f"{show(raw)} is not a boolean: counts as {show(values[field])}"
+            why = (
+                "null: default true"
+                if raw is None
+                else f"{show(raw)} is not a boolean: counts as {show(values[field])}"
+            )
             note(f"detectors.{key}", values[field], f"detectors.{key} {why}", origin(key, "detectors"))
 
     guard = block.get("postCompactionGuard")
     if guard is not None and not isinstance(guard, dict):
-        note("postCompactionGuard", DEFAULT_GUARD_WINDOW,
-             f"postCompactionGuard {show(guard)} is not an object: windowSize {DEFAULT_GUARD_WINDOW}",
-             origin("postCompactionGuard"))
+        note(
+            "postCompactionGuard",
+            DEFAULT_GUARD_WINDOW,
+            f"postCompactionGuard {show(guard)} is not an object: windowSize {DEFAULT_GUARD_WINDOW}",
+            origin("postCompactionGuard"),
+        )
     guard = guard if isinstance(guard, dict) else {}
     raw = guard.get("windowSize", msgspec.UNSET)
     values["guard_window"] = DEFAULT_GUARD_WINDOW if raw is msgspec.UNSET else _positive_int(raw, DEFAULT_GUARD_WINDOW)
     if raw is not msgspec.UNSET and not (values["guard_window"] == raw and not isinstance(raw, bool)):
         why = "null" if raw is None else f"{show(raw)} is not a positive integer"
-        note("postCompactionGuard.windowSize", values["guard_window"],
-             f"postCompactionGuard.windowSize {why}: default {DEFAULT_GUARD_WINDOW}", origin("windowSize",
-                                                                                         "postCompactionGuard"))
-    effective = ResolvedConfig(enabled=on, record_calls=enabled is not False, guard_enabled=enabled is not False,
-                               **values)
+        note(
+            "postCompactionGuard.windowSize",
+            values["guard_window"],
+            f"postCompactionGuard.windowSize {why}: default {DEFAULT_GUARD_WINDOW}",
+            origin("windowSize", "postCompactionGuard"),
+        )
+    effective = ResolvedConfig(
+        enabled=on, record_calls=enabled is not False, guard_enabled=enabled is not False, **values
+    )
     return effective, notes
 
 
@@ -263,9 +305,14 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
         return ConfigReport(source=source, errors=[f"the config must be an object, not {show(doc)}"])
     fleet = FleetConfig.from_document(doc)
     warnings: list[str] = []
-    warnings += [f"{k}: unknown top-level key, ignored (did you mean loopwarden?)" for k in doc if _near(k, "loopwarden")]
-    warnings += [f"{k}: unknown top-level key, ignored (did you mean tools.loopDetection?)"
-                 for k in doc if _near(k, "loopDetection")]
+    warnings += [
+        f"{k}: unknown top-level key, ignored (did you mean loopwarden?)" for k in doc if _near(k, "loopwarden")
+    ]
+    warnings += [
+        f"{k}: unknown top-level key, ignored (did you mean tools.loopDetection?)"
+        for k in doc
+        if _near(k, "loopDetection")
+    ]
     tools = doc.get("tools")
     warnings += tools_warnings(tools, "tools")
     global_block = tools.get("loopDetection") if isinstance(tools, dict) else None
@@ -286,12 +333,14 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
             continue
         if isinstance(entry.get("id"), str):
             where += f" ({entry['id']})"
-        warnings += [f"{where}.{k}: unknown key, ignored (did you mean loopwarden?)" for k in entry
-                     if _near(k, "loopwarden")]
+        warnings += [
+            f"{where}.{k}: unknown key, ignored (did you mean loopwarden?)" for k in entry if _near(k, "loopwarden")
+        ]
         etools = entry.get("tools")
         warnings += tools_warnings(etools, f"{where}.tools")
-        warnings += block_warnings(etools.get("loopDetection") if isinstance(etools, dict) else None,
-                                   f"{where}.tools.loopDetection")
+        warnings += block_warnings(
+            etools.get("loopDetection") if isinstance(etools, dict) else None, f"{where}.tools.loopDetection"
+        )
         warnings += extension_warnings(entry.get("loopwarden"), f"{where}: ")
         any_ext = any_ext or entry.get("loopwarden") is not None
 
@@ -304,8 +353,9 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
     blocks = [BlockReport(scope="global", effective=effective, notes=notes, extensions=ext_of(None))]
     for agent, own in fleet.agent_blocks.items():
         effective, notes = explain_block(overlay(fleet.global_block, own), own)
-        blocks.append(BlockReport(scope="agent", agent_id=agent, effective=effective, notes=notes,
-                                  extensions=ext_of(agent)))
+        blocks.append(
+            BlockReport(scope="agent", agent_id=agent, effective=effective, notes=notes, extensions=ext_of(agent))
+        )
     return ConfigReport(source=source, blocks=blocks, warnings=warnings)
 
 
@@ -330,7 +380,11 @@ def _onoff(value: bool) -> str:
 
 def settings_lines(c: ResolvedConfig) -> list[str]:
     """The effective settings in OpenClaw's key names, three short lines."""
-    state = "on" if c.enabled else ("off (calls recorded, guard on)" if c.record_calls else "off (nothing recorded, guard off)")
+    state = (
+        "on"
+        if c.enabled
+        else ("off (calls recorded, guard on)" if c.record_calls else "off (nothing recorded, guard off)")
+    )
     return [
         f"enabled {state}  historySize {c.history_size}  unknownToolThreshold {c.unknown_tool_threshold}",
         f"warningThreshold {c.warning_threshold}  criticalThreshold {c.critical_threshold}  "
@@ -348,8 +402,11 @@ def extensions_summary(ext: Extensions) -> str:
         if value == base:
             continue
         if isinstance(value, msgspec.Struct):
-            value = {g.encode_name: getattr(value, g.name) for g in msgspec.structs.fields(value)
-                     if getattr(value, g.name) != getattr(base, g.name)}
+            value = {
+                g.encode_name: getattr(value, g.name)
+                for g in msgspec.structs.fields(value)
+                if getattr(value, g.name) != getattr(base, g.name)
+            }
         changed[f.encode_name] = value
     return msgspec.json.encode(changed).decode() if changed else "all off (defaults)"
 
@@ -360,8 +417,11 @@ def format_report(report: ConfigReport) -> str:
     lines += [f"error: {e}" for e in report.errors]
     lines += [f"warning: {w}" for w in report.warnings]
     for block in report.blocks:
-        title = "global (tools.loopDetection; agents not listed below)" if block.scope == "global" \
+        title = (
+            "global (tools.loopDetection; agents not listed below)"
+            if block.scope == "global"
             else f"agent {block.agent_id} (global block overlaid with its own)"
+        )
         lines += ["", title]
         lines += [f"  {s}" for s in settings_lines(block.effective)]
         if block.extensions is not None:

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from json.decoder import scanstring
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -80,7 +80,7 @@ class VerdictAck(_EventBase, tag="verdict_ack"):
     detail: str | None = None
 
 
-Event = Union[ToolCall, ToolResult, CompactionRetry, RunEnd, VerdictAck]
+Event = ToolCall | ToolResult | CompactionRetry | RunEnd | VerdictAck
 EVENT_TYPES: tuple[type, ...] = (ToolCall, ToolResult, CompactionRetry, RunEnd, VerdictAck)
 
 
@@ -202,7 +202,11 @@ def _envelope(value: Any) -> Event:
     if value.get("agent_id") is None:
         raise EventDecodeError("missing_field", "`agent_id` is missing or null")
     ts = value.get("ts")
-    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and not math.isfinite(js_double(ts) if isinstance(ts, int) else ts):
+    if (
+        isinstance(ts, (int, float))
+        and not isinstance(ts, bool)
+        and not math.isfinite(js_double(ts) if isinstance(ts, int) else ts)
+    ):
         value["ts"] = None  # beyond the double range: Infinity in JavaScript, no usable time
     try:
         return msgspec.convert(value, Event)

@@ -18,8 +18,16 @@ from typing import Any
 
 import msgspec
 
-DETECTOR_NAMES = ("generic_repeat", "known_poll_no_progress", "ping_pong", "unknown_tool_repeat",
-                  "global_circuit_breaker", "compaction_loop_persisted", "fleet_incident", "cross_run_repeat")
+DETECTOR_NAMES = (
+    "generic_repeat",
+    "known_poll_no_progress",
+    "ping_pong",
+    "unknown_tool_repeat",
+    "global_circuit_breaker",
+    "compaction_loop_persisted",
+    "fleet_incident",
+    "cross_run_repeat",
+)
 
 
 class Incidents(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -98,8 +106,9 @@ def resolve_extensions(block: Any) -> tuple[Extensions, list[str]]:
             elif isinstance(value, list) and all(v in DETECTOR_NAMES for v in value):
                 fields["shadow"] = tuple(value)
             else:
-                problems.append(f"loopwarden.shadow must be true/false or a list of {', '.join(DETECTOR_NAMES)}"
-                                f": {value!r} ignored")
+                problems.append(
+                    f"loopwarden.shadow must be true/false or a list of {', '.join(DETECTOR_NAMES)}: {value!r} ignored"
+                )
         else:
             problems.append(f"loopwarden.{key}: unknown key ignored")
     return msgspec.convert(fields, Extensions), problems

@@ -68,8 +68,7 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"
     loop_cost: float | None = None
 
 
-class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type",
-                       tag="verdict_violation"):
+class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict_violation"):
     """A run went on past a verdict it should have obeyed; on ``agent.loop-control`` beside verdicts.
 
     ``ran_after_block``: a blocked call's result is not the veto (the tool ran);

@@ -12,15 +12,20 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("config", help="check an OpenClaw-shaped config file",
-                              description="Commands on OpenClaw-shaped loop-detection configs.")
+    p = subparsers.add_parser(
+        "config",
+        help="check an OpenClaw-shaped config file",
+        description="Commands on OpenClaw-shaped loop-detection configs.",
+    )
     sub = p.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
     check = sub.add_parser(
-        "check", help="print each agent's effective settings and every value that was replaced or ignored",
+        "check",
+        help="print each agent's effective settings and every value that was replaced or ignored",
         description="Validate a config (JSON or JSON5) and print, for the global block and each agent in "
-                    "agents.list, the effective loop-detection settings after overlay, defaults and clamping, "
-                    "with a note on each value that was replaced and a warning for each unknown key. "
-                    "Exit 1 on errors (0 otherwise).")
+        "agents.list, the effective loop-detection settings after overlay, defaults and clamping, "
+        "with a note on each value that was replaced and a warning for each unknown key. "
+        "Exit 1 on errors (0 otherwise).",
+    )
     check.add_argument("file", metavar="FILE", help="the config file; - reads standard input")
     check.add_argument("--json", action="store_true", help="print the report as one JSON object (for CI)")
     check.add_argument("--strict", action="store_true", help="exit 1 on warnings too")

@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import msgspec
 
+from loopwarden.detection import RunState, enforcement, step
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
 from loopwarden.schemas.jsvalues import js_trim, json_bytes
 from loopwarden.schemas.verdicts import Detection
-from loopwarden.detection import RunState, enforcement, step
 
 
 def is_blank(line: str | bytes) -> bool:
@@ -67,24 +67,39 @@ def detection_row(index: int, event, det: Detection) -> dict:
 
 def violation_row(index: int, event, found: enforcement.Violation) -> dict:
     """A ``verdict_violation`` line (``--enforcement``); ``verdict_id`` is replay's ``<event_index>:<n>``."""
-    row = {"type": "verdict_violation", "event_index": index, "kind": found.kind, "run_id": event.run_id,
-           "agent_id": event.agent_id, "session_id": event.session_id, "tool_name": event.tool_name,
-           "tool_call_id": event.tool_call_id}
+    row = {
+        "type": "verdict_violation",
+        "event_index": index,
+        "kind": found.kind,
+        "run_id": event.run_id,
+        "agent_id": event.agent_id,
+        "session_id": event.session_id,
+        "tool_name": event.tool_name,
+        "tool_call_id": event.tool_call_id,
+    }
     if found.verdict_id is not None:
         row["verdict_id"] = found.verdict_id
     return row
 
 
 def ack_row(index: int, event: VerdictAck) -> dict:
-    row = {"type": "verdict_ack", "event_index": index, "run_id": event.run_id, "agent_id": event.agent_id,
-           "session_id": event.session_id, "verdict_id": event.verdict_id, "outcome": event.outcome}
+    row = {
+        "type": "verdict_ack",
+        "event_index": index,
+        "run_id": event.run_id,
+        "agent_id": event.agent_id,
+        "session_id": event.session_id,
+        "verdict_id": event.verdict_id,
+        "outcome": event.outcome,
+    }
     if event.detail is not None:
         row["detail"] = event.detail
     return row
 
 
-def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents: bool = False,
-                 enforcement_rows: bool = False) -> Iterator[dict | BadLine]:
+def replay_lines(
+    lines: Iterable[str | bytes], config: FleetConfig, *, incidents: bool = False, enforcement_rows: bool = False
+) -> Iterator[dict | BadLine]:
     """Yield a row per detection and a :class:`BadLine` per invalid line, in input order.
 
     ``incidents``: also the fleet side's records after each event (incident
@@ -113,8 +128,11 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents
         key = state_key(event)
         before = states.get(key)
         found = enforcement.violation(before, event)
-        result = (step(before, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
-                  if fleet is None else fleet.step(before, event))
+        result = (
+            step(before, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
+            if fleet is None
+            else fleet.step(before, event)
+        )
         if result.state is None:
             states.pop(key, None)
         else:
@@ -131,11 +149,21 @@ def replay_lines(lines: Iterable[str | bytes], config: FleetConfig, *, incidents
         def next_id() -> str:
             nonlocal n
             n += 1
-            return f"{index}:{n - 1}"
+            return f"{index}:{n - 1}"  # noqa: B023 (called within this iteration only)
 
-        extra = enforcement.after_step(result.state, event, found, published, next_id, event.ts or 0.0,
-                                       config.extensions(event.agent_id).escalation) if published or found or (
-            result.state is not None and result.state.enforcement is not None) else ()
+        extra = (
+            enforcement.after_step(
+                result.state,
+                event,
+                found,
+                published,
+                next_id,
+                event.ts or 0.0,
+                config.extensions(event.agent_id).escalation,
+            )
+            if published or found or (result.state is not None and result.state.enforcement is not None)
+            else ()
+        )
         if enforcement_rows and found is not None:
             yield violation_row(index, event, found)
         for _, det in extra:
@@ -178,11 +206,14 @@ def run(args) -> int:
     out = sys.stdout.buffer
     try:
         with source:
-            for item in replay_lines(source, config, incidents=getattr(args, "incidents", False),
-                                     enforcement_rows=show):
+            for item in replay_lines(
+                source, config, incidents=getattr(args, "incidents", False), enforcement_rows=show
+            ):
                 if isinstance(item, BadLine):
-                    print(f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
-                          file=sys.stderr)
+                    print(
+                        f"line {item.line} (event_index {item.event_index}): {item.reason}: {item.detail}",
+                        file=sys.stderr,
+                    )
                 else:
                     out.write(encode(item) + b"\n")
         out.flush()
@@ -200,9 +231,15 @@ def register(sub) -> None:
     )
     p.add_argument("events", metavar="EVENTS.jsonl", help="the trace, one event per line; - reads standard input")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
-    p.add_argument("--incidents", action="store_true",
-                   help="also print fleet incident records and cross_run_repeat verdicts (loopwarden.incidents / "
-                        "loopwarden.crossRun in the config; time from the events' ts)")
-    p.add_argument("--enforcement", action="store_true",
-                   help="also print verdict_violation and verdict_ack lines (objects with a \"type\")")
+    p.add_argument(
+        "--incidents",
+        action="store_true",
+        help="also print fleet incident records and cross_run_repeat verdicts (loopwarden.incidents / "
+        "loopwarden.crossRun in the config; time from the events' ts)",
+    )
+    p.add_argument(
+        "--enforcement",
+        action="store_true",
+        help='also print verdict_violation and verdict_ack lines (objects with a "type")',
+    )
     p.set_defaults(func=run)

@@ -23,18 +23,23 @@ from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
-
-from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
 from msgspec import UNSET
 
-from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
 from loopwarden.detection import step
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
+from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
 
 # Numeric tools.loopDetection knobs a sweep may vary (nested ones with a dot).
-KNOBS = ("historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
-         "globalCircuitBreakerThreshold", "postCompactionGuard.windowSize")
+KNOBS = (
+    "historySize",
+    "warningThreshold",
+    "criticalThreshold",
+    "unknownToolThreshold",
+    "globalCircuitBreakerThreshold",
+    "postCompactionGuard.windowSize",
+)
 
 
 class Prepared(NamedTuple):
@@ -135,8 +140,9 @@ def prepare(lines: Iterable[bytes | str]) -> Prepared:
         number = run[0]
         if not live[number] and not isinstance(event, RunEnd):
             if isinstance(event, (ToolCall, ToolResult)):
-                sig = HASHER.call_info(normalize_tool_name(event.tool_name),
-                                       b"{}" if event.params is UNSET else bytes(event.params)).sig
+                sig = HASHER.call_info(
+                    normalize_tool_name(event.tool_name), b"{}" if event.params is UNSET else bytes(event.params)
+                ).sig
                 sigs = seen_sigs[number]
                 if isinstance(event, ToolCall):
                     live[number] = sig in sigs
@@ -219,8 +225,17 @@ def with_knobs(fleet: FleetConfig, knobs: dict[str, int]) -> FleetConfig:
 class _Tally:
     """Per (agent, detector): runs per action, first calls, refused calls and loop usage."""
 
-    __slots__ = ("warned", "blocked", "aborted", "first_warn", "first_block", "cut_calls", "cut_tokens",
-                 "loop_tokens", "loop_cost")
+    __slots__ = (
+        "warned",
+        "blocked",
+        "aborted",
+        "first_warn",
+        "first_block",
+        "cut_calls",
+        "cut_tokens",
+        "loop_tokens",
+        "loop_cost",
+    )
 
     def __init__(self) -> None:
         self.warned: set[int] = set()
@@ -387,8 +402,14 @@ def tune(prep: Prepared, fleet: FleetConfig, points: list[dict[str, int]], progr
                 settings.append(summarize(prep, knobs, run_setting(prep, with_knobs(fleet, knobs), tick)))
     if progress is not None:
         progress(len(points) * n)
-    return Report(events=n, runs=len(prep.run_agents), bad_lines=prep.bad_lines, has_usage=prep.has_usage,
-                  settings=settings, seconds=round(time.perf_counter() - start, 3))
+    return Report(
+        events=n,
+        runs=len(prep.run_agents),
+        bad_lines=prep.bad_lines,
+        has_usage=prep.has_usage,
+        settings=settings,
+        seconds=round(time.perf_counter() - start, 3),
+    )
 
 
 # ------------------------------------------------------------------ output
@@ -402,9 +423,17 @@ def _fmt(value) -> str:
     return str(value)
 
 
-_COLUMNS = (("runs", "runs"), ("warned", "warned"), ("blocked", "blocked"), ("aborted", "aborted"),
-            ("first_warn_call", "warn@call"), ("first_block_call", "block@call"),
-            ("cut_calls", "cut calls"), ("cut_tokens", "cut tokens"), ("loop_tokens", "loop tokens"))
+_COLUMNS = (
+    ("runs", "runs"),
+    ("warned", "warned"),
+    ("blocked", "blocked"),
+    ("aborted", "aborted"),
+    ("first_warn_call", "warn@call"),
+    ("first_block_call", "block@call"),
+    ("cut_calls", "cut calls"),
+    ("cut_tokens", "cut tokens"),
+    ("loop_tokens", "loop tokens"),
+)
 
 
 def _columns(report: Report) -> list[tuple[str, str]]:
@@ -415,8 +444,10 @@ def render(report: Report, console, top: int) -> None:
     from rich.table import Table
 
     cols = _columns(report)
-    console.print(f"{report.events} events, {report.runs} runs, {len(report.settings)} setting(s), "
-                  f"{report.seconds} s" + (f", {report.bad_lines} bad lines skipped" if report.bad_lines else ""))
+    console.print(
+        f"{report.events} events, {report.runs} runs, {len(report.settings)} setting(s), "
+        f"{report.seconds} s" + (f", {report.bad_lines} bad lines skipped" if report.bad_lines else "")
+    )
     if len(report.settings) == 1:
         setting = report.settings[0]
         for title, rows in (("by detector", setting.by_detector), (f"by agent (top {top} by blocked)", None)):
@@ -425,7 +456,9 @@ def render(report: Report, console, top: int) -> None:
             for _, head in cols:
                 table.add_column(head, justify="right")
             if rows is None:
-                rows = dict(sorted(setting.by_agent.items(), key=lambda kv: (-kv[1].blocked, -kv[1].warned, kv[0]))[:top])
+                rows = dict(
+                    sorted(setting.by_agent.items(), key=lambda kv: (-kv[1].blocked, -kv[1].warned, kv[0]))[:top]
+                )
             for name, counts in rows.items():
                 table.add_row(name, *(_fmt(getattr(counts, f)) for f, _ in cols))
             table.add_row("all", *(_fmt(getattr(setting.fleet, f)) for f, _ in cols), style="bold")
@@ -503,10 +536,18 @@ def _run(args) -> int:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         # auto_refresh off: no refresh thread alive when the pool forks
-        with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), console=err, transient=True, auto_refresh=False) as bar:
-            task = bar.add_task(f"{len(points)} setting(s) x {len(prep.events)} events",
-                                total=len(points) * len(prep.events))
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+            auto_refresh=False,
+        ) as bar:
+            task = bar.add_task(
+                f"{len(points)} setting(s) x {len(prep.events)} events", total=len(points) * len(prep.events)
+            )
 
             def advance(done: int) -> None:
                 bar.update(task, completed=done)
@@ -538,8 +579,12 @@ def register(sub) -> None:
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="JSONL event files or directories of them")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
-    p.add_argument("--sweep", nargs="+", metavar="KNOB=LO:HI[:STEP]",
-                   help=f"vary loopDetection knobs over a grid ({', '.join(KNOBS)})")
+    p.add_argument(
+        "--sweep",
+        nargs="+",
+        metavar="KNOB=LO:HI[:STEP]",
+        help=f"vary loopDetection knobs over a grid ({', '.join(KNOBS)})",
+    )
     p.add_argument("--plot", metavar="FILE.png", help="chart blocked runs and cut calls against the first knob")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--jobs", type=int, default=1, help="processes for a sweep (forked; worth it on idle cores)")

@@ -16,8 +16,10 @@ import yaml
 HERE = Path(__file__).resolve().parent
 RULES = HERE.parent / "prometheus" / "rules.yml"
 OUT = HERE / "prometheusrule.yaml"
-HEADER = ("# Generated from deploy/prometheus/rules.yml by deploy/k8s/gen_prometheusrule.py: do not edit.\n"
-          "# The Prometheus Operator loads it into every Prometheus whose ruleSelector matches the labels.\n")
+HEADER = (
+    "# Generated from deploy/prometheus/rules.yml by deploy/k8s/gen_prometheusrule.py: do not edit.\n"
+    "# The Prometheus Operator loads it into every Prometheus whose ruleSelector matches the labels.\n"
+)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -37,8 +39,11 @@ def render() -> str:
     doc = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "loopwarden", "namespace": "loopwarden",
-                     "labels": {"app.kubernetes.io/name": "loopwarden", "role": "alert-rules"}},
+        "metadata": {
+            "name": "loopwarden",
+            "namespace": "loopwarden",
+            "labels": {"app.kubernetes.io/name": "loopwarden", "role": "alert-rules"},
+        },
         "spec": {"groups": groups},
     }
     return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)

@@ -28,8 +28,9 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from loopwarden.bench.latency import _stack_parts
 from loopwarden.bench.stats import percentile
@@ -95,10 +96,13 @@ def _langchain_harness(client: Any) -> _Harness:
     middleware = LoopwardenMiddleware(client, agent_id="bench-langchain")
 
     def request(n: int, run_id: str) -> Any:
-        runtime = SimpleNamespace(execution_info=SimpleNamespace(thread_id="bench-thread", run_id=run_id),
-                                  config={})
-        return ToolCallRequest(tool_call={"name": "read", "args": _args(n), "id": f"{run_id}-{n}",
-                                          "type": "tool_call"}, tool=None, state={}, runtime=runtime)
+        runtime = SimpleNamespace(execution_info=SimpleNamespace(thread_id="bench-thread", run_id=run_id), config={})
+        return ToolCallRequest(
+            tool_call={"name": "read", "args": _args(n), "id": f"{run_id}-{n}", "type": "tool_call"},
+            tool=None,
+            state={},
+            runtime=runtime,
+        )
 
     async def handler(req: Any) -> Any:
         call = req.tool_call
@@ -128,10 +132,16 @@ def _openai_agents_harness(client: Any) -> _Harness:
     configs: dict[str, Any] = {}
 
     def context(n: int, run_id: str) -> Any:
-        config = configs.get(run_id) or configs.setdefault(run_id, RunConfig(group_id="bench-group",
-                                                                             trace_id=f"trace_{run_id}"))
-        return ToolContext(context=None, tool_name="read", tool_call_id=f"{run_id}-{n}",
-                           tool_arguments=json.dumps(_args(n)), run_config=config)
+        config = configs.get(run_id) or configs.setdefault(
+            run_id, RunConfig(group_id="bench-group", trace_id=f"trace_{run_id}")
+        )
+        return ToolContext(
+            context=None,
+            tool_name="read",
+            tool_call_id=f"{run_id}-{n}",
+            tool_arguments=json.dumps(_args(n)),
+            run_config=config,
+        )
 
     async def tool(ctx: Any) -> str:
         return _text(json.loads(ctx.tool_arguments)["offset"])
@@ -146,7 +156,8 @@ def _openai_agents_harness(client: Any) -> _Harness:
             return before
         output = await tool(ctx)
         return await guard.output_guardrail.guardrail_function(
-            ToolOutputGuardrailData(context=ctx, agent=agent, output=output))
+            ToolOutputGuardrailData(context=ctx, agent=agent, output=output)
+        )
 
     async def end(run_id: str) -> None:
         await guard.end(guard.ref(context(0, run_id), agent))
@@ -163,8 +174,7 @@ def _pydantic_ai_harness(client: Any) -> _Harness:
     capability = LoopwardenCapability(client, "bench-pydantic-ai")
 
     def ctx(run_id: str) -> Any:
-        return SimpleNamespace(agent=None, conversation_id="bench-conversation", run_id=run_id,
-                               cancel=lambda: None)
+        return SimpleNamespace(agent=None, conversation_id="bench-conversation", run_id=run_id, cancel=lambda: None)
 
     async def handler(args: dict) -> str:
         return _text(args["offset"])
@@ -174,8 +184,9 @@ def _pydantic_ai_harness(client: Any) -> _Harness:
 
     async def gated(n: int, run_id: str) -> Any:
         call = ToolCallPart("read", _args(n), f"{run_id}-{n}")
-        return await capability.wrap_tool_execute(ctx(run_id), call=call, tool_def=None, args=call.args_as_dict(),
-                                                  handler=handler)
+        return await capability.wrap_tool_execute(
+            ctx(run_id), call=call, tool_def=None, args=call.args_as_dict(), handler=handler
+        )
 
     async def end(run_id: str) -> None:
         await capability.gate.end(capability.ref(ctx(run_id)))
@@ -183,15 +194,21 @@ def _pydantic_ai_harness(client: Any) -> _Harness:
     return _Harness(bare, gated, end)
 
 
-HARNESSES = {"client": _client_harness, "langchain": _langchain_harness,
-             "openai_agents": _openai_agents_harness, "pydantic_ai": _pydantic_ai_harness}
+HARNESSES = {
+    "client": _client_harness,
+    "langchain": _langchain_harness,
+    "openai_agents": _openai_agents_harness,
+    "pydantic_ai": _pydantic_ai_harness,
+}
 
 
 def _missing(framework: str) -> str | None:
     """Why ``framework``'s adapter cannot run here (its extra is not installed), or None."""
-    modules = {"langchain": "loopwarden.runner.integrations.langchain",
-               "openai_agents": "loopwarden.runner.integrations.openai_agents",
-               "pydantic_ai": "loopwarden.runner.integrations.pydantic_ai"}
+    modules = {
+        "langchain": "loopwarden.runner.integrations.langchain",
+        "openai_agents": "loopwarden.runner.integrations.openai_agents",
+        "pydantic_ai": "loopwarden.runner.integrations.pydantic_ai",
+    }
     if framework not in modules:
         return None
     try:
@@ -258,11 +275,17 @@ def _summary(samples: list[tuple[float, float]], rate: float, fail_open: int) ->
     bare, gated = ms(s[0] for s in samples), ms(s[1] for s in samples)
     added = ms(s[1] - s[0] for s in samples)
     r = lambda x: round(x, 3)  # noqa: E731
-    return {"rate_per_s": rate, "calls": len(samples),
-            "added_p50_ms": r(percentile(added, 0.5)), "added_p99_ms": r(percentile(added, 0.99)),
-            "adapter_p50_ms": r(percentile(gated, 0.5)), "adapter_p99_ms": r(percentile(gated, 0.99)),
-            "bare_p50_ms": r(percentile(bare, 0.5)), "bare_p99_ms": r(percentile(bare, 0.99)),
-            "fail_open": fail_open}
+    return {
+        "rate_per_s": rate,
+        "calls": len(samples),
+        "added_p50_ms": r(percentile(added, 0.5)),
+        "added_p99_ms": r(percentile(added, 0.99)),
+        "adapter_p50_ms": r(percentile(gated, 0.5)),
+        "adapter_p99_ms": r(percentile(gated, 0.99)),
+        "bare_p50_ms": r(percentile(bare, 0.5)),
+        "bare_p99_ms": r(percentile(bare, 0.99)),
+        "fail_open": fail_open,
+    }
 
 
 async def bench(frameworks: list[str], rates: list[float], seconds: float) -> dict:
@@ -286,30 +309,41 @@ async def bench(frameworks: list[str], rates: list[float], seconds: float) -> di
                 samples = await _open_loop(rotation, rate, seconds)
                 level = _summary(samples, rate, client.stats.fail_open - before)
                 levels.append(level)
-                print(f"{framework} {rate:g}/s: added p50 {level['added_p50_ms']} ms, "
-                      f"p99 {level['added_p99_ms']} ms", file=sys.stderr, flush=True)
+                print(
+                    f"{framework} {rate:g}/s: added p50 {level['added_p50_ms']} ms, p99 {level['added_p99_ms']} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
             await asyncio.gather(*rotation.ending)
             report["frameworks"][framework] = {"levels": levels}
     return report
 
 
 def table(report: dict) -> str:
-    rows = ["| framework | calls/s | calls | added p50 ms | added p99 ms | adapter p50/p99 ms | bare p50/p99 ms "
-            "| fail-open |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| framework | calls/s | calls | added p50 ms | added p99 ms | adapter p50/p99 ms | bare p50/p99 ms "
+        "| fail-open |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for framework, entry in report["frameworks"].items():
         if "skipped" in entry:
             rows.append(f"| {framework} | skipped: {entry['skipped']} |||||||")
             continue
         for lv in entry["levels"]:
-            rows.append(f"| {framework} | {lv['rate_per_s']:g} | {lv['calls']} | {lv['added_p50_ms']} | "
-                        f"{lv['added_p99_ms']} | {lv['adapter_p50_ms']}/{lv['adapter_p99_ms']} | "
-                        f"{lv['bare_p50_ms']}/{lv['bare_p99_ms']} | {lv['fail_open']} |")
+            rows.append(
+                f"| {framework} | {lv['rate_per_s']:g} | {lv['calls']} | {lv['added_p50_ms']} | "
+                f"{lv['added_p99_ms']} | {lv['adapter_p50_ms']}/{lv['adapter_p99_ms']} | "
+                f"{lv['bare_p50_ms']}/{lv['bare_p99_ms']} | {lv['fail_open']} |"
+            )
     return "\n".join(rows)
 
 
 def add_arguments(p: Any) -> None:
-    p.add_argument("--frameworks", default=",".join(FRAMEWORKS),
-                   help=f"comma-separated, of {', '.join(FRAMEWORKS)} (client = LoopClient by hand)")
+    p.add_argument(
+        "--frameworks",
+        default=",".join(FRAMEWORKS),
+        help=f"comma-separated, of {', '.join(FRAMEWORKS)} (client = LoopClient by hand)",
+    )
     p.add_argument("--rates", default="10,100", help="tool calls per second, comma-separated")
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per rate")
 

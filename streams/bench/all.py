@@ -37,8 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runners", type=int, default=4, help="runner clients for the gate round trip")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: engine,worker,gate")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    p.add_argument("--event-ids", action="store_true",
-                   help="engine and worker events carry an event_id, as the runner client's do")
+    p.add_argument(
+        "--event-ids", action="store_true", help="engine and worker events carry an event_id, as the runner client's do"
+    )
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
@@ -52,13 +53,19 @@ def bench_all(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"targets": TARGETS}
     started = time.perf_counter()
     if "engine" not in skip:
-        eng = engine.bench_engine(args.engine_events or (50_000 if quick else 200_000), seed=7,
-                                  repeat=2 if quick else 3, profile=False, event_ids=args.event_ids)
+        eng = engine.bench_engine(
+            args.engine_events or (50_000 if quick else 200_000),
+            seed=7,
+            repeat=2 if quick else 3,
+            profile=False,
+            event_ids=args.event_ids,
+        )
         report["engine"] = eng
     if "worker" not in skip:
         rates: tuple[float | str, ...] = (args.latency_rate, str(args.latency_fraction))
-        report["worker"] = worker.measure(args.events or (50_000 if quick else 100_000), 200, seconds, rates, extra,
-                                          event_ids=args.event_ids)
+        report["worker"] = worker.measure(
+            args.events or (50_000 if quick else 100_000), 200, seconds, rates, extra, event_ids=args.event_ids
+        )
     if "gate" not in skip:
         gate = asyncio.run(latency.bench(args.runners, args.gate_rate, seconds, [1.0], 20.0, 200.0, extra))
         report["gate"] = gate["levels"][0]
@@ -104,35 +111,47 @@ def text(report: dict[str, Any]) -> str:
     lines = []
     eng, wrk, gate = report.get("engine"), report.get("worker"), report.get("gate")
     if eng:
-        lines.append(f"engine:   {eng['events_per_second']:>8} events/s ({eng['us_per_event']} us/event); "
-                     f"hashing floor {eng['floor_events_per_second']} events/s; "
-                     f"engine/floor {r['engine_vs_floor']}{_mark('engine_vs_floor', r['engine_vs_floor'])}")
+        lines.append(
+            f"engine:   {eng['events_per_second']:>8} events/s ({eng['us_per_event']} us/event); "
+            f"hashing floor {eng['floor_events_per_second']} events/s; "
+            f"engine/floor {r['engine_vs_floor']}{_mark('engine_vs_floor', r['engine_vs_floor'])}"
+        )
     if wrk:
-        line = (f"worker:   {wrk['worker_events_per_s']:>8} events/s backlog drain; raw consume "
-                f"{wrk['raw_consume_per_s']} msg/s (drain/raw {r['drain_vs_raw_consume']})")
+        line = (
+            f"worker:   {wrk['worker_events_per_s']:>8} events/s backlog drain; raw consume "
+            f"{wrk['raw_consume_per_s']} msg/s (drain/raw {r['drain_vs_raw_consume']})"
+        )
         if "drain_vs_engine" in r:
-            line += (f"; drain/engine {r['drain_vs_engine']}{_mark('drain_vs_engine', r['drain_vs_engine'])}; "
-                     f"worker {wrk['worker_cpu_us_per_event']} us CPU/event, engine/worker CPU per event "
-                     f"{r['drain_vs_engine_cpu']}")
+            line += (
+                f"; drain/engine {r['drain_vs_engine']}{_mark('drain_vs_engine', r['drain_vs_engine'])}; "
+                f"worker {wrk['worker_cpu_us_per_event']} us CPU/event, engine/worker CPU per event "
+                f"{r['drain_vs_engine_cpu']}"
+            )
         lines.append(line)
         for i, lat in enumerate(wrk["latency"]):
             name = "latency_fixed_p99_ms" if i == 0 else "latency_fraction_p99_ms"
-            lines.append(f"latency:  {lat.get('rate')} events/s ({lat.get('of_drain')} of drain), "
-                         f"{lat.get('verdicts')} verdicts: p50 {lat.get('p50_ms')} p90 {lat.get('p90_ms')} "
-                         f"p99 {lat.get('p99_ms')} max {lat.get('max_ms')} ms{_mark(name, lat.get('p99_ms'))}; "
-                         f"p99 by quarter of the window {lat.get('p99_by_quarter_ms')}")
+            lines.append(
+                f"latency:  {lat.get('rate')} events/s ({lat.get('of_drain')} of drain), "
+                f"{lat.get('verdicts')} verdicts: p50 {lat.get('p50_ms')} p90 {lat.get('p90_ms')} "
+                f"p99 {lat.get('p99_ms')} max {lat.get('max_ms')} ms{_mark(name, lat.get('p99_ms'))}; "
+                f"p99 by quarter of the window {lat.get('p99_by_quarter_ms')}"
+            )
             floor = lat.get("floor")
             if floor:
-                lines.append(f"          broker floor (plain relay, fresh broker): p50 {floor.get('p50_ms')} "
-                             f"p99 {floor.get('p99_ms')} ms, by quarter {floor.get('p99_by_quarter_ms')}; "
-                             f"worker/floor p99 {r.get(name.replace('_ms', '_vs_floor'))}")
+                lines.append(
+                    f"          broker floor (plain relay, fresh broker): p50 {floor.get('p50_ms')} "
+                    f"p99 {floor.get('p99_ms')} ms, by quarter {floor.get('p99_by_quarter_ms')}; "
+                    f"worker/floor p99 {r.get(name.replace('_ms', '_vs_floor'))}"
+                )
     if gate:
-        lines.append(f"gate:     {gate['decisions_per_s']}/s of {gate['target_per_s']}/s, "
-                     f"round trip p50 {gate['p50_ms']} p95 {gate['p95_ms']} p99 {gate['p99_ms']} "
-                     f"max {gate['max_ms']} ms; runner->worker p99 {gate['to_worker_p99_ms']}, "
-                     f"worker->runner p99 {gate['to_runner_p99_ms']}; fail-open {gate['fail_open']}; "
-                     f"CPU% {gate['cpu']}, idle beforehand (no calls) {gate.get('idle_cpu')}"
-                     f"{_mark('gate_p99_ms', gate['p99_ms'])}")
+        lines.append(
+            f"gate:     {gate['decisions_per_s']}/s of {gate['target_per_s']}/s, "
+            f"round trip p50 {gate['p50_ms']} p95 {gate['p95_ms']} p99 {gate['p99_ms']} "
+            f"max {gate['max_ms']} ms; runner->worker p99 {gate['to_worker_p99_ms']}, "
+            f"worker->runner p99 {gate['to_runner_p99_ms']}; fail-open {gate['fail_open']}; "
+            f"CPU% {gate['cpu']}, idle beforehand (no calls) {gate.get('idle_cpu')}"
+            f"{_mark('gate_p99_ms', gate['p99_ms'])}"
+        )
     lines.append(f"total {report['seconds']} s")
     return "\n".join(lines)
 

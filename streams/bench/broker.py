@@ -22,14 +22,18 @@ from typing import Any
 from loopwarden.bench.stats import percentile
 
 
-async def _idle_cpu(bootstrap: str, topic: str, consumers: int, wait_ms: int, seconds: float,
-                    meter: Any) -> float:
+async def _idle_cpu(bootstrap: str, topic: str, consumers: int, wait_ms: int, seconds: float, meter: Any) -> float:
     from aiokafka import AIOKafkaConsumer
 
     started = []
     for _ in range(consumers):
-        c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, fetch_max_wait_ms=wait_ms,
-                             auto_offset_reset="latest", enable_auto_commit=False)
+        c = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            fetch_max_wait_ms=wait_ms,
+            auto_offset_reset="latest",
+            enable_auto_commit=False,
+        )
         await c.start()
         started.append(c)
 
@@ -53,8 +57,13 @@ async def _idle_cpu(bootstrap: str, topic: str, consumers: int, wait_ms: int, se
 async def _hop(bootstrap: str, topic: str, wait_ms: int, records: int, partitions: int) -> list[float]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, fetch_max_wait_ms=wait_ms,
-                                auto_offset_reset="latest", enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        fetch_max_wait_ms=wait_ms,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+    )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()
     await producer.start()
@@ -91,7 +100,8 @@ def measure(waits: list[int], counts: list[int], partitions: int, seconds: float
     for wait in waits:
         for n in counts:
             with EmbeddedBroker() as broker:
-                async def go() -> tuple[float, list[float]]:
+
+                async def go(n: int = n, wait: float = wait) -> tuple[float, list[float]]:
                     admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
                     await admin.start()
                     try:
@@ -104,9 +114,17 @@ def measure(waits: list[int], counts: list[int], partitions: int, seconds: float
 
                 cpu, hop = asyncio.run(go())
             ms = [x * 1000 for x in hop]
-            rows.append({"fetch_wait_ms": wait, "consumers": n, "partitions": partitions,
-                         "idle_broker_cpu_pct": cpu, "hop_records": len(ms),
-                         "hop_p50_ms": round(percentile(ms, 0.5), 1), "hop_p99_ms": round(percentile(ms, 0.99), 1)})
+            rows.append(
+                {
+                    "fetch_wait_ms": wait,
+                    "consumers": n,
+                    "partitions": partitions,
+                    "idle_broker_cpu_pct": cpu,
+                    "hop_records": len(ms),
+                    "hop_p50_ms": round(percentile(ms, 0.5), 1),
+                    "hop_p99_ms": round(percentile(ms, 0.99), 1),
+                }
+            )
     return {"rows": rows}
 
 
@@ -125,8 +143,10 @@ def run(args: argparse.Namespace) -> int:
     print("| fetch wait ms | idle consumers | broker CPU % (idle) | hop p50 ms | hop p99 ms |")
     print("|---|---|---|---|---|")
     for r in report["rows"]:
-        print(f"| {r['fetch_wait_ms']} | {r['consumers']} | {r['idle_broker_cpu_pct']} | "
-              f"{r['hop_p50_ms']} | {r['hop_p99_ms']} |")
+        print(
+            f"| {r['fetch_wait_ms']} | {r['consumers']} | {r['idle_broker_cpu_pct']} | "
+            f"{r['hop_p50_ms']} | {r['hop_p99_ms']} |"
+        )
     if args.json:
         print(json.dumps(report))
     return 0

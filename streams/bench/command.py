@@ -15,15 +15,21 @@ TARGETS = {
     "latency": ("loopwarden.bench.latency", "gate-mode decision round trip of runner clients"),
     "adapters": ("loopwarden.bench.adapters", "the latency each framework adapter adds per gated tool call"),
     "tune": ("loopwarden.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
-    "broker": ("loopwarden.bench.broker", "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait"),
+    "broker": (
+        "loopwarden.bench.broker",
+        "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait",
+    ),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="benchmarks (engine, worker, latency, adapters, broker, tune, soak, all)",
-                              description="Measure speed on this machine; every figure printed with its ratios.")
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmarks (engine, worker, latency, adapters, broker, tune, soak, all)",
+        description="Measure speed on this machine; every figure printed with its ratios.",
+    )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
     for name, (module, text) in TARGETS.items():
         mod = importlib.import_module(module)

@@ -14,9 +14,9 @@ import time
 
 import msgspec
 
+from loopwarden.detection import step
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EventDecodeError, decode_event, state_key
-from loopwarden.detection import step
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -87,7 +87,7 @@ def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: 
     trace = build_trace(events, seed, event_ids)
     size = sum(map(len, trace))
     runs, cpu, floor = [], [], []
-    for i in range(repeat):  # engine and floor alternate, so a noisy spell on a shared machine hits both
+    for _ in range(repeat):  # engine and floor alternate, so a noisy spell on a shared machine hits both
         payloads.HASHER.clear()
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -129,8 +129,11 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--repeat", type=int, default=3, help="timed runs; the best is reported")
     p.add_argument("--profile", action="store_true", help="also print a pyinstrument profile")
-    p.add_argument("--event-ids", action="store_true",
-                   help="give every event an event_id, as the runner client does (default: none, as before)")
+    p.add_argument(
+        "--event-ids",
+        action="store_true",
+        help="give every event an event_id, as the runner client does (default: none, as before)",
+    )
 
 
 def run(args) -> int:

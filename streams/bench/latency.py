@@ -37,8 +37,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import msgspec
 
@@ -147,19 +148,35 @@ class CpuMeter:
         return {k: round(100 * (now[k] - self._start.get(k, now[k])) / wall, 1) for k in now}
 
 
-def _level(runners: list[_Runner], load: float | None, target: float | None, elapsed: float,
-           cpu: dict[str, float] | None = None, idle_cpu: dict[str, float] | None = None) -> Level:
+def _level(
+    runners: list[_Runner],
+    load: float | None,
+    target: float | None,
+    elapsed: float,
+    cpu: dict[str, float] | None = None,
+    idle_cpu: dict[str, float] | None = None,
+) -> Level:
     samples = [s for r in runners for s in r.samples]
     ms = lambda xs: sorted(x * 1000 for x in xs if x == x)  # noqa: E731 (drops NaN)
     rt, tw, tr = ms(s[0] for s in samples), ms(s[1] for s in samples), ms(s[2] for s in samples)
     r2 = lambda x: round(x, 2)  # noqa: E731
-    return Level(load=load, target_per_s=None if target is None else round(target, 1),
-                 decisions_per_s=round(len(samples) / elapsed, 1), decisions=len(samples),
-                 p50_ms=r2(percentile(rt, 0.5)), p95_ms=r2(percentile(rt, 0.95)), p99_ms=r2(percentile(rt, 0.99)),
-                 max_ms=r2(rt[-1] if rt else float("nan")),
-                 to_worker_p50_ms=r2(percentile(tw, 0.5)), to_runner_p50_ms=r2(percentile(tr, 0.5)),
-                 to_worker_p99_ms=r2(percentile(tw, 0.99)), to_runner_p99_ms=r2(percentile(tr, 0.99)),
-                 fail_open=sum(r.fail_open for r in runners), cpu=cpu or {}, idle_cpu=idle_cpu or {})
+    return Level(
+        load=load,
+        target_per_s=None if target is None else round(target, 1),
+        decisions_per_s=round(len(samples) / elapsed, 1),
+        decisions=len(samples),
+        p50_ms=r2(percentile(rt, 0.5)),
+        p95_ms=r2(percentile(rt, 0.95)),
+        p99_ms=r2(percentile(rt, 0.99)),
+        max_ms=r2(rt[-1] if rt else float("nan")),
+        to_worker_p50_ms=r2(percentile(tw, 0.5)),
+        to_runner_p50_ms=r2(percentile(tr, 0.5)),
+        to_worker_p99_ms=r2(percentile(tw, 0.99)),
+        to_runner_p99_ms=r2(percentile(tr, 0.99)),
+        fail_open=sum(r.fail_open for r in runners),
+        cpu=cpu or {},
+        idle_cpu=idle_cpu or {},
+    )
 
 
 def _reset(runners: list[_Runner]) -> None:
@@ -168,8 +185,9 @@ def _reset(runners: list[_Runner]) -> None:
         r.fail_open = 0
 
 
-async def _ramp(runners: list[_Runner], start: float, step_seconds: float, p95_limit_ms: float,
-                max_rate: float, meter: CpuMeter) -> tuple[float, list[dict]]:
+async def _ramp(
+    runners: list[_Runner], start: float, step_seconds: float, p95_limit_ms: float, max_rate: float, meter: CpuMeter
+) -> tuple[float, list[dict]]:
     """Open-loop steps of x1.4 from ``start``: the last rate that keeps up is the sustained rate.
 
     "Keeps up": at least 95% of the target rate achieved, no fail-open, and
@@ -224,23 +242,31 @@ async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator
     (its topics get the partitions they ask for).
     """
     from loopwarden.bench.worker import worker_settings
-    from loopwarden.kafka.admin import ensure_topics
     from loopwarden.devtools.broker import EmbeddedBroker
     from loopwarden.devtools.processes import TopicNames, WorkerProcess
+    from loopwarden.kafka.admin import ensure_topics
     from loopwarden.runner import ClientSettings, LoopClient
 
     names = TopicNames(f"bench-{uuid.uuid4().hex[:6]}")
     with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:
-        await ensure_topics(msgspec.structs.replace(
-            worker_settings(broker.url, extra), events_topic=names.events, control_topic=names.control,
-            config_topic=names.config, dead_letter_topic=names.dead_letter))
+        await ensure_topics(
+            msgspec.structs.replace(
+                worker_settings(broker.url, extra),
+                events_topic=names.events,
+                control_topic=names.control,
+                config_topic=names.config,
+                dead_letter_topic=names.dead_letter,
+            )
+        )
         config = Path(tmp) / "loop.json"
         config.write_text(json.dumps(CONFIG))
-        worker = WorkerProcess(broker.url, Path(tmp) / "data", names=names, config=config,
-                               extra=list(extra), log_level="warning").start()
+        worker = WorkerProcess(
+            broker.url, Path(tmp) / "data", names=names, config=config, extra=list(extra), log_level="warning"
+        ).start()
         started: list[Any] = []
-        settings = ClientSettings.from_env(bootstrap=broker.bootstrap, events_topic=names.events,
-                                           control_topic=names.control)
+        settings = ClientSettings.from_env(
+            bootstrap=broker.bootstrap, events_topic=names.events, control_topic=names.control
+        )
 
         async def clients(client_id: str) -> Any:
             client = await LoopClient(settings, client_id=client_id).start()
@@ -258,25 +284,36 @@ async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def _stack(k: int, extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
+async def _stack(
+    k: int, extra: list[str] | tuple[str, ...] = ()
+) -> AsyncIterator[tuple[list[_Runner], CpuMeter, dict]]:
     """A fresh broker, worker (:func:`_stack_parts`) and K warmed-up runners."""
     async with _stack_parts(extra) as (clients, meter):
         started = [await clients(f"bench-runner-{i}") for i in range(k)]
         runners = [_Runner(c, i) for i, c in enumerate(started)]
         for _ in range(20):  # warm-up: connections, metadata, worker batches
             await asyncio.gather(*(r.one_call(False) for r in runners))
-        info = {"client": msgspec.structs.asdict(clients.settings),
-                "client_stats": [c.stats for c in started]}
+        info = {"client": msgspec.structs.asdict(clients.settings), "client_stats": [c.stats for c in started]}
         yield runners, meter, info
 
 
-async def bench(k: int, rate: float | None, seconds: float, loads: list[float], ramp_start: float,
-                p95_limit_ms: float, extra: list[str] | tuple[str, ...] = ()) -> dict:
+async def bench(
+    k: int,
+    rate: float | None,
+    seconds: float,
+    loads: list[float],
+    ramp_start: float,
+    p95_limit_ms: float,
+    extra: list[str] | tuple[str, ...] = (),
+) -> dict:
     """``extra``: flags for the worker (e.g. ``--partitions 1``)."""
     report: dict[str, Any] = {
         "runners": k,
-        "worker_env": {n: v for n, v in os.environ.items() if n.startswith("LOOPWARDEN_")
-                       and not n.startswith(("LOOPWARDEN_RUNNER_", "LOOPWARDEN_BENCH_"))},
+        "worker_env": {
+            n: v
+            for n, v in os.environ.items()
+            if n.startswith("LOOPWARDEN_") and not n.startswith(("LOOPWARDEN_RUNNER_", "LOOPWARDEN_BENCH_"))
+        },
     }
     stats: list[Any] = []
     if rate is None:
@@ -309,23 +346,29 @@ async def bench(k: int, rate: float | None, seconds: float, loads: list[float], 
 
 
 def table(report: dict) -> str:
-    rows = ["| load | target/s | decisions/s | p50 ms | p95 ms | p99 ms | max ms | runner->worker p50/p99 | "
-            "worker->runner p50/p99 | fail-open | CPU% worker/broker/runners (idle before) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| load | target/s | decisions/s | p50 ms | p95 ms | p99 ms | max ms | runner->worker p50/p99 | "
+        "worker->runner p50/p99 | fail-open | CPU% worker/broker/runners (idle before) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for lv in [{**st, "load": "ramp"} for st in report.get("ramp", [])] + report["levels"]:
         cpu, idle = lv.get("cpu") or {}, lv.get("idle_cpu") or {}
-        rows.append(f"| {lv['load']} | {lv['target_per_s'] or '-'} | {lv['decisions_per_s']} | {lv['p50_ms']} | "
-                    f"{lv['p95_ms']} | {lv['p99_ms']} | {lv['max_ms']} | {lv['to_worker_p50_ms']}/"
-                    f"{lv['to_worker_p99_ms']} | {lv['to_runner_p50_ms']}/{lv['to_runner_p99_ms']} | "
-                    f"{lv['fail_open']} | {cpu.get('worker')}/{cpu.get('broker')}/{cpu.get('runners')}"
-                    + (f" ({idle.get('worker')}/{idle.get('broker')}/{idle.get('runners')})" if idle else "") + " |")
+        rows.append(
+            f"| {lv['load']} | {lv['target_per_s'] or '-'} | {lv['decisions_per_s']} | {lv['p50_ms']} | "
+            f"{lv['p95_ms']} | {lv['p99_ms']} | {lv['max_ms']} | {lv['to_worker_p50_ms']}/"
+            f"{lv['to_worker_p99_ms']} | {lv['to_runner_p50_ms']}/{lv['to_runner_p99_ms']} | "
+            f"{lv['fail_open']} | {cpu.get('worker')}/{cpu.get('broker')}/{cpu.get('runners')}"
+            + (f" ({idle.get('worker')}/{idle.get('broker')}/{idle.get('runners')})" if idle else "")
+            + " |"
+        )
     return "\n".join(rows)
 
 
 def add_arguments(p: Any) -> None:
     p.add_argument("--runners", type=int, default=_env("RUNNERS", 4, int), help="K runner clients")
-    p.add_argument("--rate", type=float, default=_env("RATE", None, float),
-                   help="sustained decisions/s (default: found by a ramp)")
+    p.add_argument(
+        "--rate", type=float, default=_env("RATE", None, float), help="sustained decisions/s (default: found by a ramp)"
+    )
     p.add_argument("--seconds", type=float, default=_env("SECONDS", 10.0, float), help="seconds per level")
     p.add_argument("--loads", default=_env("LOADS", "0.1,0.5,0.9", str), help="load levels, fractions of the rate")
     p.add_argument("--ramp-start", type=float, default=_env("RAMP_START", 20.0, float))

@@ -11,8 +11,8 @@ import time
 
 import msgspec
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.bench.engine import BENCH_CONFIG, build_trace
+from loopwarden.schemas.config import FleetConfig
 
 
 def bench_tune(events: int, settings: int, seed: int, jobs: int) -> dict:

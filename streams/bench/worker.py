@@ -30,13 +30,16 @@ import contextlib
 import json
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 BENCH_CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # The same with the fleet extensions on (``--fleet``): what incidents and cross-run detection cost.
-FLEET_BENCH_CONFIG = {**BENCH_CONFIG, "loopwarden": {"incidents": {"enabled": True, "block": True},
-                                                     "crossRun": {"enabled": True}}}
+FLEET_BENCH_CONFIG = {
+    **BENCH_CONFIG,
+    "loopwarden": {"incidents": {"enabled": True, "block": True}, "crossRun": {"enabled": True}},
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,22 +48,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-rate", type=float, default=None, help="events/s (default: 50%% of measured)")
     p.add_argument("--agents", type=int, default=200)
     p.add_argument("--json", action="store_true", help="print the result as one JSON line too")
-    p.add_argument("--config", action="append", default=[], metavar="FILE",
-                   help="worker config file (repeatable: each is measured in turn, ratios to the first)")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="measure the configs N times, interleaved (A B A B ...), and compare their medians")
-    p.add_argument("--fleet", action="store_true",
-                   help="measure the default config, then the same with the fleet extensions on, and their ratio")
-    p.add_argument("--event-ids", action="store_true",
-                   help="every event carries an event_id, as the runner client's do (default: none, as before)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="worker config file (repeatable: each is measured in turn, ratios to the first)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure the configs N times, interleaved (A B A B ...), and compare their medians",
+    )
+    p.add_argument(
+        "--fleet",
+        action="store_true",
+        help="measure the default config, then the same with the fleet extensions on, and their ratio",
+    )
+    p.add_argument(
+        "--event-ids",
+        action="store_true",
+        help="every event carries an event_id, as the runner client's do (default: none, as before)",
+    )
     p.add_argument("worker_args", nargs=argparse.REMAINDER, help="extra flags for the worker (after --)")
 
 
 async def _raw_consume(bootstrap: str, topic: str, n: int) -> float:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, fetch_max_wait_ms=10, max_partition_fetch_bytes=4 << 20)
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=10,
+        max_partition_fetch_bytes=4 << 20,
+    )
     await consumer.start()
     try:
         got, start = 0, time.perf_counter()
@@ -80,8 +105,13 @@ def relay(bootstrap: str, fetch_wait_ms: int, linger_ms: int, ready: Any) -> Non
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     async def main() -> None:
-        consumer = AIOKafkaConsumer("agent.events", bootstrap_servers=bootstrap, auto_offset_reset="latest",
-                                    enable_auto_commit=False, fetch_max_wait_ms=fetch_wait_ms)
+        consumer = AIOKafkaConsumer(
+            "agent.events",
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="latest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=fetch_wait_ms,
+        )
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms)
         await consumer.start()
         await producer.start()
@@ -110,8 +140,13 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int, eve
 
     from loopwarden.devtools.simulate import SimStats, endless_fleet, publish, with_event_ids
 
-    consumer = AIOKafkaConsumer("agent.loop-control", bootstrap_servers=bootstrap, auto_offset_reset="latest",
-                                enable_auto_commit=False, fetch_max_wait_ms=5)
+    consumer = AIOKafkaConsumer(
+        "agent.loop-control",
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=5,
+    )
     await consumer.start()
     points: list[tuple[float, float]] = []  # (sent at, latency)
     stop = asyncio.Event()
@@ -148,9 +183,16 @@ async def _latency(bootstrap: str, rate: float, seconds: float, agents: int, eve
     def pick(q: float) -> float:
         return percentile(lat, q) * 1000
 
-    return {"rate": rate, "sent": stats.sent, "verdicts": len(lat), "p50_ms": round(pick(0.5), 1),
-            "p90_ms": round(pick(0.9), 1), "p99_ms": round(pick(0.99), 1), "max_ms": round(lat[-1] * 1000, 1),
-            "p99_by_quarter_ms": p99_by_quarter(points)}
+    return {
+        "rate": rate,
+        "sent": stats.sent,
+        "verdicts": len(lat),
+        "p50_ms": round(pick(0.5), 1),
+        "p90_ms": round(pick(0.9), 1),
+        "p99_ms": round(pick(0.99), 1),
+        "max_ms": round(lat[-1] * 1000, 1),
+        "p99_by_quarter_ms": p99_by_quarter(points),
+    }
 
 
 def p99_by_quarter(points: list[tuple[float, float]]) -> list[float]:
@@ -169,9 +211,16 @@ def p99_by_quarter(points: list[tuple[float, float]]) -> list[float]:
     return [round(percentile(sorted(q), 0.99) * 1000, 1) if q else 0.0 for q in quarters]
 
 
-def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 20.0,
-            latency_rates: tuple[float | str, ...] = ("0.5",), extra: list[str] | tuple[str, ...] = (),
-            on_worker_start: Any = None, config: dict | None = None, event_ids: bool = False) -> dict:
+def measure(
+    events: int = 100_000,
+    agents: int = 200,
+    latency_seconds: float = 20.0,
+    latency_rates: tuple[float | str, ...] = ("0.5",),
+    extra: list[str] | tuple[str, ...] = (),
+    on_worker_start: Any = None,
+    config: dict | None = None,
+    event_ids: bool = False,
+) -> dict:
     """Raw consume and backlog drain on one broker, then event->verdict at each rate, each on a fresh one.
 
     A rate is events/s, or a string fraction (``"0.25"``) of the measured drain rate.
@@ -191,8 +240,17 @@ def measure(events: int = 100_000, agents: int = 200, latency_seconds: float = 2
             bootstrap = broker.bootstrap
             t0 = time.perf_counter()
             backlog = endless_fleet(agents, 0.3, seed=5)
-            asyncio.run(publish(bootstrap, "agent.events", with_event_ids(backlog) if event_ids else backlog,
-                                0, None, count=events, linger_ms=20))
+            asyncio.run(
+                publish(
+                    bootstrap,
+                    "agent.events",
+                    with_event_ids(backlog) if event_ids else backlog,
+                    0,
+                    None,
+                    count=events,
+                    linger_ms=20,
+                )
+            )
             result["preload_per_s"] = round(events / (time.perf_counter() - t0))
             result["raw_consume_per_s"] = round(asyncio.run(_raw_consume(bootstrap, "agent.events", events)))
             with _worker(broker, tmp / "drain", extra, on_worker_start, ready=False) as worker:
@@ -239,13 +297,15 @@ def _fresh_broker(tmp: Path, extra: list[str] | tuple[str, ...]) -> Iterator[Any
 
 
 @contextlib.contextmanager
-def _worker(broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start: Any = None,
-            ready: bool = True) -> Iterator[Any]:
+def _worker(
+    broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start: Any = None, ready: bool = True
+) -> Iterator[Any]:
     """A worker process on ``broker``; ``ready``: wait until it serves (not while it drains a backlog)."""
     from loopwarden.devtools.processes import WorkerProcess
 
-    worker = WorkerProcess(broker.url, tmp / "data", config=tmp.parent / "config.json", extra=list(extra),
-                           log_level="warning")
+    worker = WorkerProcess(
+        broker.url, tmp / "data", config=tmp.parent / "config.json", extra=list(extra), log_level="warning"
+    )
     worker.start()
     if on_start is not None:
         on_start(worker.pid)
@@ -257,8 +317,9 @@ def _worker(broker: Any, tmp: Path, extra: list[str] | tuple[str, ...], on_start
         worker.stop()
 
 
-def latency_floor(tmp: Path, rate: float, seconds: float, agents: int, extra: list[str] | tuple[str, ...],
-                  event_ids: bool = False) -> dict:
+def latency_floor(
+    tmp: Path, rate: float, seconds: float, agents: int, extra: list[str] | tuple[str, ...], event_ids: bool = False
+) -> dict:
     """The same latency level with the plain relay (:func:`relay`) in the worker's place."""
     import multiprocessing
 
@@ -311,8 +372,10 @@ def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
 
 def versus(base: dict, other: dict) -> dict:
     """Throughput and CPU per event of ``other`` as multiples of ``base``'s (both from this run)."""
-    return {"events_per_s": round(other["worker_events_per_s"] / base["worker_events_per_s"], 3),
-            "cpu_us_per_event": round(other["worker_cpu_us_per_event"] / base["worker_cpu_us_per_event"], 3)}
+    return {
+        "events_per_s": round(other["worker_events_per_s"] / base["worker_events_per_s"], 3),
+        "cpu_us_per_event": round(other["worker_cpu_us_per_event"] / base["worker_cpu_us_per_event"], 3),
+    }
 
 
 def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
@@ -328,21 +391,27 @@ def configs(args: argparse.Namespace) -> list[tuple[str, dict | None]]:
 
 def _print(result: dict, seconds: float) -> None:
     print(f"raw aiokafka consume (ceiling): {result['raw_consume_per_s']:>8} msg/s")
-    print(f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
-          f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event")
+    print(
+        f"worker, backlog drain:          {result['worker_events_per_s']:>8} events/s "
+        f"(ratio {result['ratio_to_raw']:.3f} of raw), {result['worker_cpu_us_per_event']} us CPU/event"
+    )
     for lat in result["latency"]:
-        print(f"latency at {lat.get('rate')} events/s for {seconds:.0f}s: "
-              f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
-              f"({lat.get('verdicts')} verdicts); broker floor p50 {lat['floor'].get('p50_ms')} ms, "
-              f"p99 {lat['floor'].get('p99_ms')} ms")
+        print(
+            f"latency at {lat.get('rate')} events/s for {seconds:.0f}s: "
+            f"p50 {lat.get('p50_ms')} ms, p90 {lat.get('p90_ms')} ms, p99 {lat.get('p99_ms')} ms "
+            f"({lat.get('verdicts')} verdicts); broker floor p50 {lat['floor'].get('p50_ms')} ms, "
+            f"p99 {lat['floor'].get('p99_ms')} ms"
+        )
 
 
 def medians(runs: list[dict]) -> dict:
     """The median drain rate and CPU per event of repeated runs of one config."""
     import statistics
 
-    return {"worker_events_per_s": statistics.median(r["worker_events_per_s"] for r in runs),
-            "worker_cpu_us_per_event": statistics.median(r["worker_cpu_us_per_event"] for r in runs)}
+    return {
+        "worker_events_per_s": statistics.median(r["worker_events_per_s"] for r in runs),
+        "worker_cpu_us_per_event": statistics.median(r["worker_cpu_us_per_event"] for r in runs),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -354,8 +423,9 @@ def run(args: argparse.Namespace) -> int:
     # Interleaved, so that load from elsewhere on the machine falls on every config alike.
     for round_ in range(max(1, args.repeat)):
         for label, config in todo:
-            result = measure(args.events, args.agents, args.latency_seconds, rates, extra, config=config,
-                             event_ids=args.event_ids)
+            result = measure(
+                args.events, args.agents, args.latency_seconds, rates, extra, config=config, event_ids=args.event_ids
+            )
             result["config"] = label
             runs[label].append(result)
             if labelled:
@@ -366,9 +436,11 @@ def run(args: argparse.Namespace) -> int:
     for label, _ in todo[1:]:
         summary[label]["vs_first"] = versus(summary[base_label], summary[label])
         what = "medians of " if args.repeat > 1 else ""
-        print(f"{label} vs {base_label} ({what}{args.repeat} run{'s' if args.repeat > 1 else ''}): "
-              f"throughput x{summary[label]['vs_first']['events_per_s']}, "
-              f"CPU per event x{summary[label]['vs_first']['cpu_us_per_event']}")
+        print(
+            f"{label} vs {base_label} ({what}{args.repeat} run{'s' if args.repeat > 1 else ''}): "
+            f"throughput x{summary[label]['vs_first']['events_per_s']}, "
+            f"CPU per event x{summary[label]['vs_first']['cpu_us_per_event']}"
+        )
     if args.json:
         if len(todo) == 1 and args.repeat == 1:
             print(json.dumps(runs[base_label][0]))

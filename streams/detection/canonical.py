@@ -64,8 +64,10 @@ def js_number(value: float | int) -> str:
         frac_part = ""
     digits = (int_part + frac_part).lstrip("0")
     # value = 0.<digits> * 10**n
-    n = len(int_part.lstrip("0")) + int(exp or 0) if int_part != "0" else int(exp or 0) - (
-        len(frac_part) - len(frac_part.lstrip("0"))
+    n = (
+        len(int_part.lstrip("0")) + int(exp or 0)
+        if int_part != "0"
+        else int(exp or 0) - (len(frac_part) - len(frac_part.lstrip("0")))
     )
     digits = digits.rstrip("0") or "0"
     k = len(digits)

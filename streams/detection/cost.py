@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from loopwarden.detection.state import MAX_WARNING_KEYS, History, RunState, RunUsage
 from loopwarden.schemas.events import Usage
 from loopwarden.schemas.verdicts import Detection
-from loopwarden.detection.state import MAX_WARNING_KEYS, History, RunState, RunUsage
 
 _KEYED_BY_WARNING = ("ping_pong", "unknown_tool_repeat")  # their calls differ, their key does not
 
@@ -97,8 +97,15 @@ def _add(u: RunUsage, key: str, tokens: int, cost: float) -> list:
     return total
 
 
-def charge(u: RunUsage, h: History, det: Detection, sig: str, tokens: int = 0, cost: float = 0.0,
-           result_hash: str | None = None) -> Charge:
+def charge(
+    u: RunUsage,
+    h: History,
+    det: Detection,
+    sig: str,
+    tokens: int = 0,
+    cost: float = 0.0,
+    result_hash: str | None = None,
+) -> Charge:
     """Charge a detection its streak's uncharged records plus ``tokens``/``cost`` of its own call.
 
     Sets the detection's ``loop_tokens``/``loop_cost`` to its loop's total so far.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from loopwarden.schemas.config import ResolvedConfig
 from loopwarden.detection import messages
 from loopwarden.detection.state import History
+from loopwarden.schemas.config import ResolvedConfig
 
 
 class Finding(NamedTuple):
@@ -164,7 +164,9 @@ def decide(h: History, tool: str, sig: str, known_poll: bool, cfg: ResolvedConfi
         if pp.count >= cfg.warning_threshold:
             key = pair_key(sig, pp.paired_sig) if pp.paired_sig else f"pingpong:{tool}:{sig}"
             if pp.count >= cfg.critical_threshold and pp.evidence:
-                return Finding("critical", "ping_pong", pp.count, key, messages.ping_pong_critical(pp.count), pp.paired_tool)
+                return Finding(
+                    "critical", "ping_pong", pp.count, key, messages.ping_pong_critical(pp.count), pp.paired_tool
+                )
             return Finding("warning", "ping_pong", pp.count, key, messages.ping_pong_warning(pp.count), pp.paired_tool)
     if not known_poll and cfg.generic_repeat:
         if streak >= cfg.critical_threshold:

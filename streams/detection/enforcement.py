@@ -26,12 +26,12 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import UNSET
 
+from loopwarden.detection.hashing import is_loop_veto
+from loopwarden.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, RunState
 from loopwarden.schemas.events import ToolCall, ToolResult
 from loopwarden.schemas.extensions import Escalation
 from loopwarden.schemas.jsvalues import js_loads_slow
 from loopwarden.schemas.verdicts import Detection
-from loopwarden.detection.hashing import is_loop_veto
-from loopwarden.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, RunState
 
 AWAITS_ACK = frozenset({"warn", "block", "abort"})  # `allow` needs no ack
 
@@ -92,10 +92,17 @@ def forget_block(state: RunState, event: Any) -> None:
 
 def _escalate(enf: Enforcement, tool: str, why: str, count: int) -> Detection:
     enf.escalated = True
-    return Detection(level="critical", detector="escalation", count=count, warning_key=f"escalation:{why}",
-                     tool_name=tool, emitted=True, action="abort",
-                     message=f"CRITICAL: run aborted by escalation after {count} {why.replace('_', ' ')}; "
-                             "it does not obey loop-detection verdicts.")
+    return Detection(
+        level="critical",
+        detector="escalation",
+        count=count,
+        warning_key=f"escalation:{why}",
+        tool_name=tool,
+        emitted=True,
+        action="abort",
+        message=f"CRITICAL: run aborted by escalation after {count} {why.replace('_', ' ')}; "
+        "it does not obey loop-detection verdicts.",
+    )
 
 
 def _enforcement(state: RunState) -> Enforcement:
@@ -114,8 +121,9 @@ def count_violation(state: RunState, found: Violation, esc: Escalation, tool: st
     return None
 
 
-def published(state: RunState, verdict_id: str, action: str, call_id: str | None, now: float,
-              esc: Escalation, tool: str) -> Detection | None:
+def published(
+    state: RunState, verdict_id: str, action: str, call_id: str | None, now: float, esc: Escalation, tool: str
+) -> Detection | None:
     """Note a published verdict; the escalation abort when blocks reach ``after_blocks``."""
     if action not in AWAITS_ACK:
         return None
@@ -168,8 +176,15 @@ def unacked_at_end(state: RunState | None) -> list[str]:
     return [a.action for a in enf.awaited] if enf is not None else []
 
 
-def after_step(state: RunState | None, event: Any, found: Violation | None, verdicts: list[tuple[str, Detection]],
-               next_id: Any, now: float, esc: Escalation) -> list[tuple[str, Detection]]:
+def after_step(
+    state: RunState | None,
+    event: Any,
+    found: Violation | None,
+    verdicts: list[tuple[str, Detection]],
+    next_id: Any,
+    now: float,
+    esc: Escalation,
+) -> list[tuple[str, Detection]]:
     """Everything after ``step()`` published ``verdicts`` (id, detection) for ``event``; ``found`` is
     :func:`violation`'s answer from before it. Returns the escalation aborts to publish too, with
     ids from ``next_id()`` (the worker and ``replay`` share this, so both say the same)."""

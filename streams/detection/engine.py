@@ -13,10 +13,6 @@ from typing import NamedTuple
 
 from msgspec import UNSET
 
-from loopwarden.schemas.config import ResolvedConfig
-from loopwarden.schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
-from loopwarden.schemas.extensions import Extensions
-from loopwarden.schemas.verdicts import Detection
 from loopwarden.detection import cost
 from loopwarden.detection import guard as guards
 from loopwarden.detection.buckets import dedup_key, should_emit
@@ -26,6 +22,10 @@ from loopwarden.detection.history import record_outcome
 from loopwarden.detection.payloads import HASHER, CallKey, ResultKey
 from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
+from loopwarden.schemas.extensions import Extensions
+from loopwarden.schemas.verdicts import Detection
 
 _EMPTY_PARAMS = b"{}"
 
@@ -118,7 +118,9 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         if result is UNSET:
             return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
         result = bytes(result)
-        known = _known_results(ResultKey(tool == "exec", info.mode, result)) or HASHER.outcome(tool, info.mode, result, None)
+        known = _known_results(ResultKey(tool == "exec", info.mode, result)) or HASHER.outcome(
+            tool, info.mode, result, None
+        )
     else:
         known = HASHER.outcome(tool, info.mode, None, error)
     result_hash, unknown = known.result_hash, known.unknown

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loopwarden.schemas.verdicts import Detection
 from loopwarden.detection import messages
 from loopwarden.detection.state import Guard
+from loopwarden.schemas.verdicts import Detection
 
 
 def arm(guard: Guard, window_size: int) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from loopwarden.schemas.jsvalues import JS_WHITESPACE, js_trim
 from loopwarden.detection.canonical import UNDEFINED, canonical, digest_decoded, js_number
 from loopwarden.detection.tools import is_send_like, process_poll_action
+from loopwarden.schemas.jsvalues import JS_WHITESPACE, js_trim
 
 _JS_S = "[" + re.escape(JS_WHITESPACE) + "]"
 # ASCII-only case folding, as a JavaScript /i regex without the u flag does.
@@ -168,7 +168,9 @@ def is_loop_veto(result: object) -> bool:
     if not isinstance(result, dict):
         return False
     details = result.get("details")
-    return isinstance(details, dict) and details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
+    return (
+        isinstance(details, dict) and details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
+    )
 
 
 def result_mode(tool: str, params: object, send_tools: frozenset[str] = frozenset()) -> str:
@@ -206,7 +208,13 @@ def result_hash(tool: str, mode: str, result: object) -> str | None:
 
 
 def outcome_hash(
-    tool: str, params: object, result: object, error: object, *, has_result: bool, send_tools: frozenset[str] = frozenset()
+    tool: str,
+    params: object,
+    result: object,
+    error: object,
+    *,
+    has_result: bool,
+    send_tools: frozenset[str] = frozenset(),
 ) -> tuple[str | None, str | None]:
     """(resultHash, unknownToolName) for an outcome; (None, None) when nothing is recorded."""
     if error is not None:

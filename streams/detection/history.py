@@ -32,15 +32,10 @@ def record_outcome(
         if i >= history_size:
             h.trim(history_size)  # §1.8: a smaller historySize applies at the next record
         return False
-    for i in range(i - 1, -1, -1):
-        if (
-            args[i] == sig
-            and results[i] is None
-            and tools[i] == tool
-            and (not call_id or call_ids[i] == call_id)
-        ):
-            results[i] = result_hash
-            h.unknowns[i] = unknown
+    for j in range(i - 1, -1, -1):
+        if args[j] == sig and results[j] is None and tools[j] == tool and (not call_id or call_ids[j] == call_id):
+            results[j] = result_hash
+            h.unknowns[j] = unknown
             h.trim(history_size)  # §1.8: a smaller historySize applies at the next record
             return False
     h.push(tool, sig, call_id, result_hash, unknown, history_size)

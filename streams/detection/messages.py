@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 def unknown_tool(name: str, n: int) -> str:
-    return f"CRITICAL: attempted unavailable tool {name} {n} times. Stop retrying that missing tool and answer without it."
+    return (
+        f"CRITICAL: attempted unavailable tool {name} {n} times. Stop retrying that missing tool and answer without it."
+    )
 
 
 def global_breaker(tool: str, n: int) -> str:

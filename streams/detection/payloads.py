@@ -16,10 +16,10 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from loopwarden.schemas.jsvalues import js_float, js_loads_slow
 from loopwarden.detection.canonical import digest_decoded
 from loopwarden.detection.hashing import args_hash, error_text, result_hash, result_mode, unknown_tool_name
 from loopwarden.detection.tools import is_known_poll
+from loopwarden.schemas.jsvalues import js_float, js_loads_slow
 
 CACHEABLE_BYTES = 2048
 CACHE_ENTRIES = 8192
@@ -133,12 +133,18 @@ class PayloadHasher:
         """:func:`outcome`, memoized."""
         if error is not None:
             hit = self.errors.entries.get(error)
-            return hit if hit is not None else self.errors.put(error, len(error), Outcome(*outcome(tool, mode, None, error)))
+            return (
+                hit
+                if hit is not None
+                else self.errors.put(error, len(error), Outcome(*outcome(tool, mode, None, error)))
+            )
         if result is None:
             return _NOTHING
         key = ResultKey(tool == "exec", mode, result)
         hit = self.results.entries.get(key)
-        return hit if hit is not None else self.results.put(key, len(result), Outcome(*outcome(tool, mode, result, None)))
+        return (
+            hit if hit is not None else self.results.put(key, len(result), Outcome(*outcome(tool, mode, result, None)))
+        )
 
     def clear(self) -> None:
         """Forget everything (benchmarks start cold)."""

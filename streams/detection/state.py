@@ -63,7 +63,9 @@ class History(msgspec.Struct, array_like=True, dict=True):
         self._counts = counts
         return counts
 
-    def push(self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None, size: int) -> None:
+    def push(
+        self, tool: str, args: str, call_id: str | None, result: str | None, unknown: str | None, size: int
+    ) -> None:
         """Append a record, then drop the oldest beyond ``size`` (§6.2; §1.8: the size in force now)."""
         sigs = self.args
         counts = self.__dict__.get("_counts")
@@ -171,7 +173,7 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     enforcement: Enforcement | None = None
     usage: RunUsage | None = None  # keep last: see encode_state
 
-    def seen_index(self) -> "set[str] | list[str]":
+    def seen_index(self) -> set[str] | list[str]:
         """The ids of ``seen`` for membership tests (built once per decoded state).
 
         A stored list with a repeated id (never written by this code) is its own index, so

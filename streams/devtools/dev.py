@@ -22,12 +22,15 @@ from typing import Any
 BREAKER_AGENT = "ops-poller"
 DEV_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
-    "agents": {"list": [
-        # lowered thresholds: this agent's loops are blocked at count 8 (and never warned: warnings go out at 10, 20, ...)
-        {"id": "agent-0001", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}},
-        # its stuck poll is not caught by known_poll_no_progress, so the global circuit breaker stops it at 30
-        {"id": BREAKER_AGENT, "tools": {"loopDetection": {"detectors": {"knownPollNoProgress": False}}}},
-    ]},
+    "agents": {
+        "list": [
+            # lowered thresholds: this agent's loops are blocked at count 8
+            # (and never warned: warnings go out at 10, 20, ...)
+            {"id": "agent-0001", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}},
+            # its stuck poll is not caught by known_poll_no_progress, so the global circuit breaker stops it at 30
+            {"id": BREAKER_AGENT, "tools": {"loopDetection": {"detectors": {"knownPollNoProgress": False}}}},
+        ]
+    },
     # the fleet extensions with their defaults: incidents (the outage scenario, and loops many agents share)
     # and cross_run_repeat (the heartbeat scenario); no fleet block, so every run still meets its own rules
     "loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}},
@@ -47,16 +50,29 @@ KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("dev", help="demo: embedded broker + worker + simulated fleet + live view",
-                              description="Run everything locally (no Kafka needed) and watch verdicts live.")
+    p = subparsers.add_parser(
+        "dev",
+        help="demo: embedded broker + worker + simulated fleet + live view",
+        description="Run everything locally (no Kafka needed) and watch verdicts live.",
+    )
     p.add_argument("--duration", type=float, default=60.0, help="seconds to run (0 = until Ctrl-C)")
     p.add_argument("--agents", type=int, default=40)
     p.add_argument("--rate", type=float, default=300.0, help="simulated events per second")
     p.add_argument("--loop-share", type=float, default=0.35)
-    p.add_argument("--outage", type=int, default=4, metavar="AGENTS",
-                   help="agents of the outage scenario (one failing tool), per round (0 = off)")
-    p.add_argument("--heartbeat", type=int, default=2, metavar="SESSIONS",
-                   help="sessions of the heartbeat scenario (repeating scheduled runs), per round (0 = off)")
+    p.add_argument(
+        "--outage",
+        type=int,
+        default=4,
+        metavar="AGENTS",
+        help="agents of the outage scenario (one failing tool), per round (0 = off)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        default=2,
+        metavar="SESSIONS",
+        help="sessions of the heartbeat scenario (repeating scheduled runs), per round (0 = off)",
+    )
     p.add_argument("--port", type=int, default=0, help="worker HTTP port (0 = a free one)")
     p.add_argument("--broker", default=None, help="use this Kafka instead of the embedded Tansu")
     p.add_argument("--config", default=None, help="loop-detection config file (default: a demo config)")
@@ -70,15 +86,26 @@ def config_notes(doc: Any) -> list[str]:
 
     fleet = FleetConfig.from_document(doc)
     base = fleet.resolve("\0 not listed")
-    names = {"warning_threshold": "warning", "critical_threshold": "critical", "history_size": "historySize",
-             "unknown_tool_threshold": "unknownTool", "global_circuit_breaker_threshold": "global",
-             "generic_repeat": "genericRepeat", "known_poll_no_progress": "knownPollNoProgress",
-             "ping_pong": "pingPong", "enabled": "enabled", "guard_window": "guardWindow"}
+    names = {
+        "warning_threshold": "warning",
+        "critical_threshold": "critical",
+        "history_size": "historySize",
+        "unknown_tool_threshold": "unknownTool",
+        "global_circuit_breaker_threshold": "global",
+        "generic_repeat": "genericRepeat",
+        "known_poll_no_progress": "knownPollNoProgress",
+        "ping_pong": "pingPong",
+        "enabled": "enabled",
+        "guard_window": "guardWindow",
+    }
     out = []
     for agent in fleet.agent_blocks:
         mine = fleet.resolve(agent)
-        diff = [f"{label} {'on' if v is True else 'off' if v is False else v}" for field, label in names.items()
-                if (v := getattr(mine, field)) != getattr(base, field)]
+        diff = [
+            f"{label} {'on' if v is True else 'off' if v is False else v}"
+            for field, label in names.items()
+            if (v := getattr(mine, field)) != getattr(base, field)
+        ]
         if not diff:
             continue
         why = []
@@ -156,9 +183,11 @@ class View:
 
     def progress_line(self, sent: int, final: bool = False) -> str:
         m = self.metrics
-        return (f"[{self._elapsed(final)}] sent {sent}, processed {m.get('loopwarden_events_total', 0):.0f} "
-                f"({self._rate('loopwarden_events_total', final)}), {self._actions()}; "
-                f"open incidents {len(self.incidents.open_incidents())}")
+        return (
+            f"[{self._elapsed(final)}] sent {sent}, processed {m.get('loopwarden_events_total', 0):.0f} "
+            f"({self._rate('loopwarden_events_total', final)}), {self._actions()}; "
+            f"open incidents {len(self.incidents.open_incidents())}"
+        )
 
     def _by_detector(self) -> list[tuple[str, dict[str, int], dict]]:
         """(detector, verdicts per action, latest verdict) per detector; allows (no detector) are counted above."""
@@ -190,25 +219,45 @@ class View:
             f"verdicts {self.verdicts}: {self._actions()}\n"
             f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
             f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
-            f"tokens burnt in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}")
-        panel = Panel(head, title=f"loopwarden dev — broker {self.bootstrap}", title_align="left",
-                      subtitle=f"worker metrics: http://127.0.0.1:{self.port}/metrics", subtitle_align="right")
+            f"tokens burnt in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}"
+        )
+        panel = Panel(
+            head,
+            title=f"loopwarden dev — broker {self.bootstrap}",
+            title_align="left",
+            subtitle=f"worker metrics: http://127.0.0.1:{self.port}/metrics",
+            subtitle_align="right",
+        )
 
         def table(title: str | None) -> Table:  # no rules, one space between columns: rows go to content
-            return Table(title=title, box=None, padding=(0, 1, 0, 0), title_justify="left", pad_edge=False,
-                         header_style="bold")
+            return Table(
+                title=title, box=None, padding=(0, 1, 0, 0), title_justify="left", pad_edge=False, header_style="bold"
+            )
 
         kinds = table(None)
         rows = self._by_detector()
-        cells = [(detector, *(str(counts[a]) if a in counts else "" for a in ("warn", "block", "abort")),
-                  v.get("tool_name") or "", v.get("agent_id") or "") for detector, counts, v in rows]
+        cells = [
+            (
+                detector,
+                *(str(counts[a]) if a in counts else "" for a in ("warn", "block", "abort")),
+                v.get("tool_name") or "",
+                v.get("agent_id") or "",
+            )
+            for detector, counts, v in rows
+        ]
         names = ("verdicts of detector", "warn", "block", "abort", "tool", "agent")
         widths = [max([len(name)] + [len(c[i]) for c in cells]) for i, name in enumerate(names)]
         # every column but the agent keeps its width; a long agent id is what gets elided on 80 columns
         widths[-1] = min(widths[-1], max(10, SCREEN_COLUMNS - sum(widths[:-1]) - len(names) + 1))
         for i, name in enumerate(names):
-            kinds.add_column(name, justify="right" if 0 < i < 4 else "left", no_wrap=True, overflow="ellipsis",
-                             min_width=widths[i], max_width=widths[i])
+            kinds.add_column(
+                name,
+                justify="right" if 0 < i < 4 else "left",
+                no_wrap=True,
+                overflow="ellipsis",
+                min_width=widths[i],
+                max_width=widths[i],
+            )
         colors = {1: "yellow", 2: "red", 3: "bold magenta"}
         for c in cells:
             kinds.add_row(*(f"[{colors[i]}]{x}[/]" if i in colors and x else escape(x) for i, x in enumerate(c)))
@@ -220,13 +269,23 @@ class View:
         shown = open_ if len(open_) <= room else open_[:room]
         more = f", the {len(shown)} with most runs" if len(shown) < len(open_) else ""
         incidents = table(f"open incidents: {len(open_)}{more}")
-        for name, justify in (("incident", "left"), ("tool", "left"), ("runs", "right"), ("agents", "right"),
-                              ("since", "right")):
+        for name, justify in (
+            ("incident", "left"),
+            ("tool", "left"),
+            ("runs", "right"),
+            ("agents", "right"),
+            ("since", "right"),
+        ):
             incidents.add_column(name, justify=justify, no_wrap=True)
         now = time.time()
         for inc in shown:
-            incidents.add_row(f"[red]{escape(inc.incident_id)}[/]", escape(inc.tool_name), str(inc.run_count), str(inc.agent_count),
-                              _ago(now - inc.first_seen))
+            incidents.add_row(
+                f"[red]{escape(inc.incident_id)}[/]",
+                escape(inc.tool_name),
+                str(inc.run_count),
+                str(inc.agent_count),
+                _ago(now - inc.first_seen),
+            )
         return Group(panel, kinds, incidents, legend)
 
 
@@ -238,8 +297,9 @@ def _ago(seconds: float) -> str:
 async def _watch(bootstrap: str, topic: str, handle: Any, stop: asyncio.Event, reset: str = "latest") -> None:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset=reset,
-                                fetch_max_wait_ms=20, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset=reset, fetch_max_wait_ms=20, enable_auto_commit=False
+    )
     await consumer.start()
     try:
         while not stop.is_set():
@@ -270,15 +330,22 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     view = View(args.duration, worker, bootstrap, notes)
     stats = SimStats()
     stop = asyncio.Event()
-    watchers = [asyncio.create_task(_watch(bootstrap, "agent.loop-control", lambda raw: view.on_verdict(json.loads(raw)),
-                                           stop)),
-                # all of the incidents topic: an incident opened before the demo started is open still
-                asyncio.create_task(_watch(bootstrap, "agent.loop-incidents", view.on_incident, stop, "earliest"))]
+    watchers = [
+        asyncio.create_task(
+            _watch(bootstrap, "agent.loop-control", lambda raw: view.on_verdict(json.loads(raw)), stop)
+        ),
+        # all of the incidents topic: an incident opened before the demo started is open still
+        asyncio.create_task(_watch(bootstrap, "agent.loop-incidents", view.on_incident, stop, "earliest")),
+    ]
     await asyncio.sleep(0.5)  # let the watchers subscribe before the first verdicts
     seed = int(time.time()) % 10_000
-    events = with_scenarios(endless_fleet(args.agents, args.loop_share, seed=seed, gate_every=5,
-                                          breaker_agent=BREAKER_AGENT, usage=True),
-                            outage=args.outage, heartbeat=args.heartbeat, every=SCENARIO_EVERY, seed=seed)
+    events = with_scenarios(
+        endless_fleet(args.agents, args.loop_share, seed=seed, gate_every=5, breaker_agent=BREAKER_AGENT, usage=True),
+        outage=args.outage,
+        heartbeat=args.heartbeat,
+        every=SCENARIO_EVERY,
+        seed=seed,
+    )
     sim = asyncio.create_task(publish(bootstrap, "agent.events", events, args.rate, args.duration or None, stats))
     if tty:
         with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
@@ -305,8 +372,11 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
     stop.set()
     await asyncio.gather(*watchers)
     sim.result()
-    print(f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
-          f"{view.metrics.get('loopwarden_events_total', 0):.0f} events", flush=True)
+    print(
+        f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
+        f"{view.metrics.get('loopwarden_events_total', 0):.0f} events",
+        flush=True,
+    )
     return 0
 
 
@@ -362,8 +432,9 @@ def main(args: argparse.Namespace) -> int:
                 print(f"loopwarden dev: {exc}", file=sys.stderr)
                 code = 2
                 return code
-        worker = WorkerProcess(url, tmp / "data", config=config, extra=["--expire-interval", "5"], log_dir=tmp,
-                               port=args.port)
+        worker = WorkerProcess(
+            url, tmp / "data", config=config, extra=["--expire-interval", "5"], log_dir=tmp, port=args.port
+        )
         worker.start()
         try:
             code = asyncio.run(_run(args, bootstrap, worker, notes))

@@ -37,9 +37,22 @@ class TopicNames:
         self.incidents = f"incidents-{tag}"
 
     def args(self) -> list[str]:
-        return ["--app-id", self.app_id, "--events-topic", self.events, "--control-topic", self.control,
-                "--shadow-topic", self.shadow, "--config-topic", self.config,
-                "--dead-letter-topic", self.dead_letter, "--incidents-topic", self.incidents]
+        return [
+            "--app-id",
+            self.app_id,
+            "--events-topic",
+            self.events,
+            "--control-topic",
+            self.control,
+            "--shadow-topic",
+            self.shadow,
+            "--config-topic",
+            self.config,
+            "--dead-letter-topic",
+            self.dead_letter,
+            "--incidents-topic",
+            self.incidents,
+        ]
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -61,9 +74,19 @@ def parse_metrics(text: str) -> dict[str, float]:
 class WorkerProcess:
     """``loopwarden worker`` as a child process: start, wait ready, scrape, SIGKILL, restart."""
 
-    def __init__(self, broker_url: str, data_dir: Path, *, names: TopicNames | None = None,
-                 config: Path | str | None = None, extra: list[str] | tuple[str, ...] = (),
-                 log_dir: Path | None = None, log_level: str = "info", cwd: Path | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        data_dir: Path,
+        *,
+        names: TopicNames | None = None,
+        config: Path | str | None = None,
+        extra: list[str] | tuple[str, ...] = (),
+        log_dir: Path | None = None,
+        log_level: str = "info",
+        cwd: Path | None = None,
+        port: int = 0,
+    ) -> None:
         self.broker_url = broker_url if "://" in broker_url else f"kafka://{broker_url}"
         self.data_dir = Path(data_dir)
         self.names = names
@@ -79,23 +102,43 @@ class WorkerProcess:
         self.log_path: Path | None = None
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "loopwarden.cli", "worker", "--broker", self.broker_url,
-               "--data-dir", str(self.data_dir), "--port", str(self.port), "--host", "127.0.0.1",
-               "--log-level", self.log_level, *FAST_GROUP]
+        cmd = [
+            sys.executable,
+            "-m",
+            "loopwarden.cli",
+            "worker",
+            "--broker",
+            self.broker_url,
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            "--log-level",
+            self.log_level,
+            *FAST_GROUP,
+        ]
         if self.names is not None:
             cmd += self.names.args()
         if self.config is not None:
             cmd += ["--config", str(self.config)]
         return cmd + self.extra
 
-    def start(self) -> "WorkerProcess":
+    def start(self) -> WorkerProcess:
         self.port = self.fixed_port or free_port()
         self.starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.log_dir / f"worker-{self.data_dir.name}-{self.starts}.log"
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+            )
         return self
 
     @property

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import hashlib
+import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import msgspec
 
-from loopwarden.schemas.events import VerdictAck, encode_event, key_for
 from loopwarden.kafka.connection import servers
+from loopwarden.schemas.events import VerdictAck, encode_event, key_for
 
 _encode = msgspec.json.Encoder().encode
 
@@ -43,9 +43,16 @@ def run_key(event: dict) -> str:
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 
-def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 40,
-                  gate_every: int = 0, prefix: str = "", breaker_agent: str | None = None,
-                  usage: bool = False) -> Iterator[dict]:
+def endless_fleet(
+    agents: int,
+    loop_share: float,
+    seed: int,
+    run_length: int = 40,
+    gate_every: int = 0,
+    prefix: str = "",
+    breaker_agent: str | None = None,
+    usage: bool = False,
+) -> Iterator[dict]:
     """Fleet after fleet; run ids stay unique across rounds; every ``gate_every``-th call awaits a decision.
 
     ``usage``: tool calls carry tokens and cost (:func:`~loopwarden.devtools.synthetic.fleet_events`)."""
@@ -53,9 +60,15 @@ def endless_fleet(agents: int, loop_share: float, seed: int, run_length: int = 4
 
     calls = 0
     for round_ in itertools.count():
-        for event in fleet_events(agents=agents, runs_per_agent=2, loop_share=loop_share,
-                                  run_length=run_length, seed=seed + round_, breaker_agent=breaker_agent,
-                                  usage=usage):
+        for event in fleet_events(
+            agents=agents,
+            runs_per_agent=2,
+            loop_share=loop_share,
+            run_length=run_length,
+            seed=seed + round_,
+            breaker_agent=breaker_agent,
+            usage=usage,
+        ):
             event["run_id"] = f"{prefix}{event['run_id']}.{round_}"
             if gate_every and event["type"] == "tool_call":
                 calls += 1
@@ -75,8 +88,9 @@ def with_event_ids(events: Iterator[dict], seed: int = 0) -> Iterator[dict]:
         yield event
 
 
-def with_scenarios(events: Iterator[dict], outage: int = 0, heartbeat: int = 0, every: int = 500,
-                   seed: int = 7) -> Iterator[dict]:
+def with_scenarios(
+    events: Iterator[dict], outage: int = 0, heartbeat: int = 0, every: int = 500, seed: int = 7
+) -> Iterator[dict]:
     """Mix the fleet scenarios into ``events``: ``outage`` agents hitting one failing tool and
     ``heartbeat`` sessions whose scheduled runs repeat, one round of each every ``every`` events."""
     from loopwarden.devtools.synthetic import heartbeat_events, outage_events
@@ -91,12 +105,19 @@ def with_scenarios(events: Iterator[dict], outage: int = 0, heartbeat: int = 0, 
         if heartbeat:
             extra.append(heartbeat_events(sessions=heartbeat, prefix=f"heartbeat{round_}"))
         mixed = itertools.chain.from_iterable(itertools.zip_longest(*extra))
-        for item in itertools.chain(itertools.islice(events, every), (e for e in mixed if e is not None)):
-            yield item
+        yield from itertools.chain(itertools.islice(events, every), (e for e in mixed if e is not None))
 
 
-async def publish(bootstrap: str, topic: str, events: Iterator[dict], rate: float, duration: float | None,
-                  stats: SimStats | None = None, count: int | None = None, linger_ms: int = 5) -> SimStats:
+async def publish(
+    bootstrap: str,
+    topic: str,
+    events: Iterator[dict],
+    rate: float,
+    duration: float | None,
+    stats: SimStats | None = None,
+    count: int | None = None,
+    linger_ms: int = 5,
+) -> SimStats:
     """Send events at ``rate``/s (0 = as fast as possible) for ``duration`` s or ``count`` events."""
     from aiokafka import AIOKafkaProducer
 
@@ -168,14 +189,28 @@ def ack_for(verdict: dict, share: float, failed_share: float) -> VerdictAck | No
     if acked >= share:
         return None
     failed = fails < failed_share
-    return VerdictAck(agent_id=verdict["agent_id"], session_id=verdict.get("session_id"),
-                      run_id=verdict.get("run_id"), ts=time.time(), verdict_id=verdict_id,
-                      outcome="failed" if failed else "applied",
-                      detail="simulated runner could not apply it" if failed else None)
+    return VerdictAck(
+        agent_id=verdict["agent_id"],
+        session_id=verdict.get("session_id"),
+        run_id=verdict.get("run_id"),
+        ts=time.time(),
+        verdict_id=verdict_id,
+        outcome="failed" if failed else "applied",
+        detail="simulated runner could not apply it" if failed else None,
+    )
 
 
-async def acknowledge(bootstrap: str, control_topic: str, events_topic: str, share: float, failed_share: float,
-                      stats: SimStats, ready: asyncio.Event, stop: asyncio.Event, linger_ms: int = 5) -> None:
+async def acknowledge(
+    bootstrap: str,
+    control_topic: str,
+    events_topic: str,
+    share: float,
+    failed_share: float,
+    stats: SimStats,
+    ready: asyncio.Event,
+    stop: asyncio.Event,
+    linger_ms: int = 5,
+) -> None:
     """Ack verdicts from ``control_topic`` (read from the end, so an older fleet's are left alone) until
     ``stop`` is set; ``ready`` is set once the consumer has its position, before any load is sent."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -186,8 +221,9 @@ async def acknowledge(bootstrap: str, control_topic: str, events_topic: str, sha
     await producer.start()
     try:
         await consumer.topics()  # fetches the metadata partitions_for_topic reads
-        partitions = [TopicPartition(control_topic, p)
-                      for p in sorted(consumer.partitions_for_topic(control_topic) or ())]
+        partitions = [
+            TopicPartition(control_topic, p) for p in sorted(consumer.partitions_for_topic(control_topic) or ())
+        ]
         if not partitions:
             raise RuntimeError(f"control topic {control_topic!r} does not exist (start the worker first)")
         consumer.assign(partitions)
@@ -214,17 +250,27 @@ async def acknowledge(bootstrap: str, control_topic: str, events_topic: str, sha
         await consumer.stop()
 
 
-async def simulate(bootstrap: str, topic: str, events: Iterator[dict], rate: float, duration: float | None,
-                   count: int | None, ack_share: float = 0.0, ack_failed: float = 0.0,
-                   control_topic: str = "agent.loop-control", ack_grace: float = 2.0) -> SimStats:
+async def simulate(
+    bootstrap: str,
+    topic: str,
+    events: Iterator[dict],
+    rate: float,
+    duration: float | None,
+    count: int | None,
+    ack_share: float = 0.0,
+    ack_failed: float = 0.0,
+    control_topic: str = "agent.loop-control",
+    ack_grace: float = 2.0,
+) -> SimStats:
     """:func:`publish`, plus :func:`acknowledge` beside it when ``ack_share`` > 0 (it keeps acking for
     ``ack_grace`` s after the last event, for the verdicts still on their way)."""
     stats = SimStats()
     if ack_share <= 0:
         return await publish(bootstrap, topic, events, rate, duration, stats=stats, count=count)
     ready, stop = asyncio.Event(), asyncio.Event()
-    acker = asyncio.ensure_future(acknowledge(bootstrap, control_topic, topic, ack_share, ack_failed, stats,
-                                              ready, stop))
+    acker = asyncio.ensure_future(
+        acknowledge(bootstrap, control_topic, topic, ack_share, ack_failed, stats, ready, stop)
+    )
     waiting = asyncio.ensure_future(ready.wait())
     await asyncio.wait([acker, waiting], return_when=asyncio.FIRST_COMPLETED)
     if acker.done():
@@ -240,8 +286,11 @@ async def simulate(bootstrap: str, topic: str, events: Iterator[dict], rate: flo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("simulate", help="publish a synthetic agent fleet to the events topic",
-                              description="Publish healthy runs and every loop kind at a given rate.")
+    p = subparsers.add_parser(
+        "simulate",
+        help="publish a synthetic agent fleet to the events topic",
+        description="Publish healthy runs and every loop kind at a given rate.",
+    )
     p.add_argument("--broker", default="kafka://127.0.0.1:9092", help="Kafka URL (kafka://host:port)")
     p.add_argument("--topic", default="agent.events")
     p.add_argument("--agents", type=int, default=50, help="agents per fleet round")
@@ -251,32 +300,67 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--loop-share", type=float, default=0.3, help="share of runs that loop")
     p.add_argument("--gate-every", type=int, default=0, help="every Nth tool_call sets await_decision (0 = none)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--usage", default=True, action=argparse.BooleanOptionalAction,
-                   help="tool calls carry usage (tokens, cost) so loop cost shows on the dashboard")
-    p.add_argument("--outage", type=int, default=0, metavar="AGENTS",
-                   help="fleet-incident scenario: this many agents hit one failing tool every round (0 = off)")
-    p.add_argument("--heartbeat", type=int, default=0, metavar="SESSIONS",
-                   help="cross_run_repeat scenario: this many sessions run the same scheduled work (0 = off)")
-    p.add_argument("--ack-share", type=float, default=0.0, metavar="F",
-                   help="answer this share of warn/block/abort verdicts with a verdict_ack (0 = none)")
-    p.add_argument("--ack-failed", type=float, default=0.2, metavar="F",
-                   help="share of the sent acks whose outcome is `failed` (with --ack-share)")
+    p.add_argument(
+        "--usage",
+        default=True,
+        action=argparse.BooleanOptionalAction,
+        help="tool calls carry usage (tokens, cost) so loop cost shows on the dashboard",
+    )
+    p.add_argument(
+        "--outage",
+        type=int,
+        default=0,
+        metavar="AGENTS",
+        help="fleet-incident scenario: this many agents hit one failing tool every round (0 = off)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        default=0,
+        metavar="SESSIONS",
+        help="cross_run_repeat scenario: this many sessions run the same scheduled work (0 = off)",
+    )
+    p.add_argument(
+        "--ack-share",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="answer this share of warn/block/abort verdicts with a verdict_ack (0 = none)",
+    )
+    p.add_argument(
+        "--ack-failed",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="share of the sent acks whose outcome is `failed` (with --ack-share)",
+    )
     p.add_argument("--control-topic", default="agent.loop-control", help="where verdicts are read (--ack-share)")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     bootstrap = ",".join(servers(args.broker))
-    events = endless_fleet(args.agents, args.loop_share, args.seed, gate_every=args.gate_every,
-                           usage=getattr(args, "usage", True))
-    events = with_scenarios(events, outage=getattr(args, "outage", 0), heartbeat=getattr(args, "heartbeat", 0),
-                            seed=args.seed)
+    events = endless_fleet(
+        args.agents, args.loop_share, args.seed, gate_every=args.gate_every, usage=getattr(args, "usage", True)
+    )
+    events = with_scenarios(
+        events, outage=getattr(args, "outage", 0), heartbeat=getattr(args, "heartbeat", 0), seed=args.seed
+    )
     duration = args.duration or None
     try:
-        stats = asyncio.run(simulate(bootstrap, args.topic, events, args.rate, duration, args.count,
-                                     ack_share=getattr(args, "ack_share", 0.0),
-                                     ack_failed=getattr(args, "ack_failed", 0.0),
-                                     control_topic=getattr(args, "control_topic", "agent.loop-control")))
+        stats = asyncio.run(
+            simulate(
+                bootstrap,
+                args.topic,
+                events,
+                args.rate,
+                duration,
+                args.count,
+                ack_share=getattr(args, "ack_share", 0.0),
+                ack_failed=getattr(args, "ack_failed", 0.0),
+                control_topic=getattr(args, "control_topic", "agent.loop-control"),
+            )
+        )
     except KeyboardInterrupt:
         return 130
     elapsed = time.monotonic() - stats.started

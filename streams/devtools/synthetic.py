@@ -45,8 +45,16 @@ def _usage(rng: random.Random, n: int) -> dict:
 class RunScript:
     """The events of one run, in order: (tool_call, tool_result) pairs and extras."""
 
-    def __init__(self, agent: str, session: str, run: str, kind: str, rng: random.Random, length: int,
-                 usage: random.Random | None = None):
+    def __init__(
+        self,
+        agent: str,
+        session: str,
+        run: str,
+        kind: str,
+        rng: random.Random,
+        length: int,
+        usage: random.Random | None = None,
+    ):
         self.base = {"agent_id": agent, "session_id": session, "run_id": run}
         self.kind = kind
         self.rng = rng
@@ -112,9 +120,13 @@ class RunScript:
                 return self._pair("read", {"path": "/workspace/README.md"}, _result("# Project\nsee docs/"))
             return self._pair("list", {"path": "/workspace/docs"}, _result("docs/ is empty"))
         if kind == GLOBAL_BREAKER:
-            return self._pair("command_status", {"commandId": "deploy-42"}, _result("deploy-42: queued", state="queued"))
+            return self._pair(
+                "command_status", {"commandId": "deploy-42"}, _result("deploy-42: queued", state="queued")
+            )
         if kind == "unknown_tool":
-            return self._pair("browser_navigate", {"url": "https://example.invalid/"}, error="Unknown tool: browser_navigate")
+            return self._pair(
+                "browser_navigate", {"url": "https://example.invalid/"}, error="Unknown tool: browser_navigate"
+            )
         # compaction_loop: an overflow, a compaction retry, then the same call again and again.
         events: list[dict] = []
         if i == 3:
@@ -133,8 +145,14 @@ class RunScript:
 
 
 def fleet_events(
-    *, agents: int = 50, runs_per_agent: int = 4, loop_share: float = 0.3, run_length: int = 40, seed: int = 7,
-    breaker_agent: str | None = None, usage: bool = False,
+    *,
+    agents: int = 50,
+    runs_per_agent: int = 4,
+    loop_share: float = 0.3,
+    run_length: int = 40,
+    seed: int = 7,
+    breaker_agent: str | None = None,
+    usage: bool = False,
 ) -> Iterator[dict]:
     """Interleave the runs of a fleet: per-run order kept, runs mixed at random.
 
@@ -151,12 +169,30 @@ def fleet_events(
         for r in range(runs_per_agent):
             kind = rng.choice(LOOP_KINDS) if rng.random() < loop_share else "healthy"
             run = f"{agent}-run{r}"
-            scripts.append(RunScript(agent, session, run, kind, random.Random(rng.random()), run_length,
-                                     random.Random(f"{seed}:{run}") if usage else None))
+            scripts.append(
+                RunScript(
+                    agent,
+                    session,
+                    run,
+                    kind,
+                    random.Random(rng.random()),
+                    run_length,
+                    random.Random(f"{seed}:{run}") if usage else None,
+                )
+            )
     if breaker_agent is not None:
         run = f"{breaker_agent}-run0"
-        scripts.append(RunScript(breaker_agent, f"agent:{breaker_agent}:main", run, GLOBAL_BREAKER,
-                                 random.Random(seed), run_length, random.Random(f"{seed}:{run}") if usage else None))
+        scripts.append(
+            RunScript(
+                breaker_agent,
+                f"agent:{breaker_agent}:main",
+                run,
+                GLOBAL_BREAKER,
+                random.Random(seed),
+                run_length,
+                random.Random(f"{seed}:{run}") if usage else None,
+            )
+        )
     live = [s.events() for s in scripts]
     while live:
         i = rng.randrange(len(live))
@@ -167,9 +203,16 @@ def fleet_events(
             live.pop()
 
 
-def outage_events(*, agents: int = 12, runs_per_agent: int = 2, run_length: int = 8, tool: str = "web_search",
-                  error: str = "503 Service Unavailable: search backend unreachable", seed: int = 11,
-                  prefix: str = "outage") -> Iterator[dict]:
+def outage_events(
+    *,
+    agents: int = 12,
+    runs_per_agent: int = 2,
+    run_length: int = 8,
+    tool: str = "web_search",
+    error: str = "503 Service Unavailable: search backend unreachable",
+    seed: int = 11,
+    prefix: str = "outage",
+) -> Iterator[dict]:
     """Many agents hit one failing tool at once (a fleet incident): varied arguments, the same error."""
     rng = random.Random(seed)
     scripts = []

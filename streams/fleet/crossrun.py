@@ -13,8 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from loopwarden.schemas.extensions import CrossRun
-from loopwarden.schemas.verdicts import Verdict
 from loopwarden.schemas.fleet import FinishedRun
+from loopwarden.schemas.verdicts import Verdict
 
 MAX_RUNS_KEPT = 64
 MAX_WARNED = 64
@@ -37,8 +37,9 @@ class SessionRuns(msgspec.Struct, array_like=True):
     warned: list[str] = msgspec.field(default_factory=list)  # run keys
 
 
-def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun,
-            shadow: bool = False) -> tuple[SessionRuns, list[Verdict]]:
+def observe(
+    st: SessionRuns | None, run: FinishedRun, cfg: CrossRun, shadow: bool = False
+) -> tuple[SessionRuns, list[Verdict]]:
     """Add one finished run; a ``warn`` for each run that is the newest of ``cfg.runs`` equal ones.
 
     ``shadow`` (``cross_run_repeat`` in the agent's ``loopwarden.shadow``): the warnings are marked
@@ -57,7 +58,7 @@ def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun,
     entry = Ended(run.ts, run.run_key, run.fingerprint, run.agent_id, run.run_id)
     runs.append(entry)
     runs.sort()
-    del runs[:-max(MAX_RUNS_KEPT, need)]
+    del runs[: -max(MAX_RUNS_KEPT, need)]
     if entry not in runs:
         return st, []  # older than every run kept
     at = runs.index(entry)
@@ -65,17 +66,28 @@ def observe(st: SessionRuns | None, run: FinishedRun, cfg: CrossRun,
     for end in range(max(at, need - 1), min(len(runs), at + need)):
         newest = runs[end]
         fp = newest.fingerprint
-        if not fp or newest.run_key in st.warned or any(r.fingerprint != fp for r in runs[end - need + 1:end]):
+        if not fp or newest.run_key in st.warned or any(r.fingerprint != fp for r in runs[end - need + 1 : end]):
             continue
         st.warned.append(newest.run_key)
         del st.warned[:-MAX_WARNED]
-        verdicts.append(Verdict(
-            verdict_id=f"cross_run_repeat:{run.session_key}:{newest.run_key}", action="warn",
-            agent_id=newest.agent_id, run_id=newest.run_id, session_id=run.session_id, level="warning",
-            detector="cross_run_repeat", count=need, warning_key=f"cross_run_repeat:{fp}",
-            message=f"WARNING: this session's last {need} runs repeated the same tool calls with the same results; "
-                    "a scheduled task may be redoing work that has no effect.",
-            event_ts=newest.ts, ts=newest.ts, shadow=shadow))
+        verdicts.append(
+            Verdict(
+                verdict_id=f"cross_run_repeat:{run.session_key}:{newest.run_key}",
+                action="warn",
+                agent_id=newest.agent_id,
+                run_id=newest.run_id,
+                session_id=run.session_id,
+                level="warning",
+                detector="cross_run_repeat",
+                count=need,
+                warning_key=f"cross_run_repeat:{fp}",
+                message=f"WARNING: this session's last {need} runs repeated the same tool calls with the same results; "
+                "a scheduled task may be redoing work that has no effect.",
+                event_ts=newest.ts,
+                ts=newest.ts,
+                shadow=shadow,
+            )
+        )
     return st, verdicts
 
 

@@ -52,10 +52,22 @@ def incident_id(signature: str, opened_at: float) -> str:
 
 
 def _record(st: SignatureState, state: str, ts: float) -> Incident:
-    return Incident(incident_id=st.incident_id or "", state=state, signature=st.signature, tool_name=st.tool_name,
-                    outcome_hash=st.outcome_hash, unknown_tool=st.unknown_tool, sample=st.sample,
-                    run_count=st.run_count, agent_count=st.agent_count, run_keys=st.runs[:MAX_LISTED],
-                    agent_ids=st.agents[:MAX_LISTED], first_seen=st.first_seen, last_seen=st.last_seen, ts=ts)
+    return Incident(
+        incident_id=st.incident_id or "",
+        state=state,
+        signature=st.signature,
+        tool_name=st.tool_name,
+        outcome_hash=st.outcome_hash,
+        unknown_tool=st.unknown_tool,
+        sample=st.sample,
+        run_count=st.run_count,
+        agent_count=st.agent_count,
+        run_keys=st.runs[:MAX_LISTED],
+        agent_ids=st.agents[:MAX_LISTED],
+        first_seen=st.first_seen,
+        last_seen=st.last_seen,
+        ts=ts,
+    )
 
 
 def expire(st: SignatureState | None, now: float, cfg: Incidents) -> tuple[SignatureState | None, list[Incident]]:
@@ -78,8 +90,12 @@ def apply_join(st: SignatureState | None, signal: JoinSignal, cfg: Incidents) ->
     if st is not None:
         st, out = expire(st, max(signal.ts, st.last_seen), cfg)
     if st is None:
-        st = SignatureState(signature=signal.signature, tool_name=signal.tool_name,
-                            outcome_hash=signal.outcome_hash, unknown_tool=signal.unknown_tool)
+        st = SignatureState(
+            signature=signal.signature,
+            tool_name=signal.tool_name,
+            outcome_hash=signal.outcome_hash,
+            unknown_tool=signal.unknown_tool,
+        )
     if not st.sample and signal.sample:
         st.sample = signal.sample
     if st.incident_id is not None:

@@ -16,11 +16,11 @@ from collections import Counter
 import msgspec
 from msgspec import UNSET
 
-from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for, session_key
-from loopwarden.schemas.extensions import Extensions
 from loopwarden.detection.engine import StepResult
 from loopwarden.detection.state import History, RunState
 from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for, session_key
+from loopwarden.schemas.extensions import Extensions
 from loopwarden.schemas.fleet import (
     MAX_SAMPLE_CHARS,
     FinishedRun,
@@ -41,24 +41,33 @@ def streaks(history: History, at_least: int = 1) -> dict[str, int]:
     if n < at_least:
         return {}
     if history.unknowns.count(None) == n:  # the usual case: one C-level count over (tool, result)
-        return {outcome_signature(tool, result): c for (tool, result), c in
-                Counter(zip(history.tools, history.results)).items() if c >= at_least and result is not None}
+        return {
+            outcome_signature(tool, result): c
+            for (tool, result), c in Counter(zip(history.tools, history.results)).items()
+            if c >= at_least and result is not None
+        }
     counts: Counter = Counter()
     for tool, result, unknown in zip(history.tools, history.results, history.unknowns):
         if unknown is not None:
             counts[(None, unknown)] += 1
         elif result is not None:
             counts[(tool, result)] += 1
-    return {(unknown_signature(b) if a is None else outcome_signature(a, b)): c
-            for (a, b), c in counts.items() if c >= at_least}
+    return {
+        (unknown_signature(b) if a is None else outcome_signature(a, b)): c
+        for (a, b), c in counts.items()
+        if c >= at_least
+    }
 
 
 def matching(history: History, tool: str, outcome_hash: str | None, unknown: str | None) -> int:
     """Records of the window that match one signature (the fleet response counts these)."""
     if unknown is not None:
         return history.unknowns.count(unknown)
-    return sum(1 for t, r, u in zip(history.tools, history.results, history.unknowns)
-               if u is None and r == outcome_hash and t == tool)
+    return sum(
+        1
+        for t, r, u in zip(history.tools, history.results, history.unknowns)
+        if u is None and r == outcome_hash and t == tool
+    )
 
 
 def outcome_sample(event: Event) -> str:
@@ -68,7 +77,7 @@ def outcome_sample(event: Event) -> str:
     raw = event.error if event.error is not UNSET and bytes(event.error) != b"null" else event.result
     if raw is UNSET:
         return ""
-    return bytes(raw)[:4 * MAX_SAMPLE_CHARS].decode("utf-8", "replace")[:MAX_SAMPLE_CHARS]
+    return bytes(raw)[: 4 * MAX_SAMPLE_CHARS].decode("utf-8", "replace")[:MAX_SAMPLE_CHARS]
 
 
 def join_signals(state: RunState, event: Event, min_streak: int, ts: float) -> list[JoinSignal]:
@@ -83,9 +92,19 @@ def join_signals(state: RunState, event: Event, min_streak: int, ts: float) -> l
             continue
         tool, outcome_hash, unknown = parse_signature(signature)
         sample = outcome_sample(event) if normalize_tool_name(getattr(event, "tool_name", None)) == tool else ""
-        out.append(JoinSignal(signature=signature, run_key=key_for(event.agent_id, event.session_id, event.run_id),
-                              agent_id=event.agent_id, ts=ts, tool_name=tool, outcome_hash=outcome_hash,
-                              unknown_tool=unknown, streak=n, sample=sample))
+        out.append(
+            JoinSignal(
+                signature=signature,
+                run_key=key_for(event.agent_id, event.session_id, event.run_id),
+                agent_id=event.agent_id,
+                ts=ts,
+                tool_name=tool,
+                outcome_hash=outcome_hash,
+                unknown_tool=unknown,
+                streak=n,
+                sample=sample,
+            )
+        )
         joined.append(signature)
     if out:
         del joined[:-MAX_JOINED]
@@ -101,8 +120,9 @@ def fingerprint(history: History) -> tuple[str, int]:
     return hashlib.sha256(_fingerprint_encoder.encode(records)).hexdigest()[:32], len(records)
 
 
-def run_signals(state_in: RunState | None, event: Event, result: StepResult, ext: Extensions,
-                now: float = 0.0) -> list[Signal]:
+def run_signals(
+    state_in: RunState | None, event: Event, result: StepResult, ext: Extensions, now: float = 0.0
+) -> list[Signal]:
     """What one applied step sends to the fleet side (empty with both extensions off).
 
     ``state_in`` is the state handed to ``step()`` (mutated in place by it; at a
@@ -116,10 +136,18 @@ def run_signals(state_in: RunState | None, event: Event, result: StepResult, ext
         if not ext.cross_run.enabled or state_in is None:
             return []
         digest, n = fingerprint(state_in.history)
-        return [FinishedRun(session_key=session_key(event), run_key=key_for(event.agent_id, event.session_id,
-                                                                            event.run_id),
-                            agent_id=event.agent_id, ts=ts, fingerprint=digest, records=n,
-                            session_id=event.session_id, run_id=event.run_id)]
+        return [
+            FinishedRun(
+                session_key=session_key(event),
+                run_key=key_for(event.agent_id, event.session_id, event.run_id),
+                agent_id=event.agent_id,
+                ts=ts,
+                fingerprint=digest,
+                records=n,
+                session_id=event.session_id,
+                run_id=event.run_id,
+            )
+        ]
     if isinstance(event, ToolResult) and ext.incidents.enabled and result.state is not None:
         return list(join_signals(result.state, event, max(1, ext.incidents.min_streak), ts))
     return []

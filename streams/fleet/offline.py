@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 
-from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
-from loopwarden.schemas.events import Event
-from loopwarden.schemas.verdicts import Verdict
 from loopwarden.detection.engine import StepResult
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
-from loopwarden.schemas.fleet import FinishedRun, Incident, Signal
 from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
+from loopwarden.schemas.events import Event
+from loopwarden.schemas.fleet import FinishedRun, Incident, Signal
+from loopwarden.schemas.verdicts import Verdict
 
 
 class FleetSide:
@@ -36,8 +36,9 @@ class FleetSide:
         out: list[Incident | Verdict] = list(self.advance(signal.ts))
         if isinstance(signal, FinishedRun):
             ext = self.config.extensions(signal.agent_id)
-            st, verdicts = crossrun.observe(self.sessions.get(signal.session_key), signal, ext.cross_run,
-                                            ext.shadowed("cross_run_repeat"))
+            st, verdicts = crossrun.observe(
+                self.sessions.get(signal.session_key), signal, ext.cross_run, ext.shadowed("cross_run_repeat")
+            )
             self.sessions[signal.session_key] = st
             return out + verdicts
         cfg = self.config.extensions(GLOBAL_KEY).incidents

@@ -13,15 +13,15 @@ call goes on as if no incident were open.
 
 from __future__ import annotations
 
-from loopwarden.schemas.config import ResolvedConfig
-from loopwarden.schemas.events import Event, ToolCall
-from loopwarden.schemas.extensions import Extensions
-from loopwarden.schemas.verdicts import Detection
 from loopwarden.detection.engine import StepResult, step
 from loopwarden.detection.state import RunState, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
 from loopwarden.fleet.joins import matching
+from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.events import Event, ToolCall
+from loopwarden.schemas.extensions import Extensions
 from loopwarden.schemas.fleet import Incident
+from loopwarden.schemas.verdicts import Detection
 
 
 class IncidentBoard:
@@ -59,17 +59,23 @@ def fleet_block(state: RunState, event: ToolCall, board: IncidentBoard, ext: Ext
         n = matching(state.history, tool, inc.outcome_hash, inc.unknown_tool)
         if n >= need:
             return Detection(
-                level="critical", detector="fleet_incident", count=n, warning_key=f"fleet_incident:{inc.incident_id}",
-                tool_name=tool, emitted=True, action="block",
+                level="critical",
+                detector="fleet_incident",
+                count=n,
+                warning_key=f"fleet_incident:{inc.incident_id}",
+                tool_name=tool,
+                emitted=True,
+                action="block",
                 message=f"CRITICAL: fleet incident {inc.incident_id}: {inc.run_count} runs of {inc.agent_count} "
-                        f"agents get the same outcome from {tool}; this run has had it {n} times. "
-                        "Call blocked; try another approach.",
+                f"agents get the same outcome from {tool}; this run has had it {n} times. "
+                "Call blocked; try another approach.",
             )
     return None
 
 
-def fleet_step(state: RunState | None, event: Event, config: ResolvedConfig, ext: Extensions,
-               board: IncidentBoard | None) -> StepResult:
+def fleet_step(
+    state: RunState | None, event: Event, config: ResolvedConfig, ext: Extensions, board: IncidentBoard | None
+) -> StepResult:
     """``step()``, preceded by the fleet response when it is on and an incident is open."""
     if board and ext.incidents.block and isinstance(event, ToolCall) and state is not None:
         event_id = event.event_id

@@ -36,7 +36,8 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -49,8 +50,9 @@ from loopwarden.kafka.connection import kafka_auth, servers
 log = logging.getLogger(__name__)
 
 
-async def corrected_end_offsets(probe: aiokafka.AIOKafkaConsumer, ends: Mapping[Any, int],
-                                timeout: float = 5.0) -> dict[Any, int]:
+async def corrected_end_offsets(
+    probe: aiokafka.AIOKafkaConsumer, ends: Mapping[Any, int], timeout: float = 5.0
+) -> dict[Any, int]:
     """Raise each end offset to the high watermark of a fetch from ``end - 1``.
 
     ``probe`` is a started, group-less consumer used only for this.
@@ -79,8 +81,13 @@ async def corrected_end_offsets(probe: aiokafka.AIOKafkaConsumer, ends: Mapping[
 
 def probe_kwargs(settings: Any) -> dict[str, Any]:
     """The end-offset probe's client arguments: the worker's brokers and its TLS/SASL settings."""
-    return dict(bootstrap_servers=servers(settings.brokers), enable_auto_commit=False, fetch_max_wait_ms=20,
-                client_id="loopwarden-end-probe", **kafka_auth(settings))
+    return dict(
+        bootstrap_servers=servers(settings.brokers),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+        client_id="loopwarden-end-probe",
+        **kafka_auth(settings),
+    )
 
 
 def collect(batch: list, offsets: dict[TP, list[int]], tp: TP, records: list) -> None:

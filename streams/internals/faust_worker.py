@@ -16,5 +16,6 @@ class Worker(faust.Worker):
     def _setup_logging(self) -> None:
         super()._setup_logging()
         if self.loglevel:
-            logging.getLogger().setLevel(self.loglevel if isinstance(self.loglevel, int)
-                                         else logging.getLevelName(str(self.loglevel).upper()))
+            logging.getLogger().setLevel(
+                self.loglevel if isinstance(self.loglevel, int) else logging.getLevelName(str(self.loglevel).upper())
+            )

@@ -34,8 +34,11 @@ async def ensure_topics(settings: Any) -> list[str]:
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [NewTopic(name, n, s.replicas, topic_configs=cfg)
-                   for name, (n, cfg) in wanted.items() if name not in existing]
+        missing = [
+            NewTopic(name, n, s.replicas, topic_configs=cfg)
+            for name, (n, cfg) in wanted.items()
+            if name not in existing
+        ]
         created = []
         for topic in missing:
             try:

@@ -59,8 +59,9 @@ def ssl_context(s: Any):
     """A client SSL context: the given CA bundle (else the system's), optional client cert."""
     from aiokafka.helpers import create_ssl_context
 
-    return create_ssl_context(cafile=s.ssl_cafile or None, certfile=s.ssl_certfile or None,
-                              keyfile=s.ssl_keyfile or None)
+    return create_ssl_context(
+        cafile=s.ssl_cafile or None, certfile=s.ssl_certfile or None, keyfile=s.ssl_keyfile or None
+    )
 
 
 def kafka_auth(s: Any) -> dict[str, Any]:
@@ -72,8 +73,11 @@ def kafka_auth(s: Any) -> dict[str, Any]:
     if proto in ("SSL", "SASL_SSL"):
         kwargs["ssl_context"] = ssl_context(s)
     if proto.startswith("SASL"):
-        kwargs.update(sasl_mechanism=s.sasl_mechanism.upper(), sasl_plain_username=s.sasl_username,
-                      sasl_plain_password=s.sasl_password)
+        kwargs.update(
+            sasl_mechanism=s.sasl_mechanism.upper(),
+            sasl_plain_username=s.sasl_username,
+            sasl_plain_password=s.sasl_password,
+        )
     return kwargs
 
 

@@ -39,9 +39,15 @@ class RecordProducer:
 
     def kwargs(self) -> dict[str, Any]:
         s = self.settings
-        return dict(bootstrap_servers=servers(s.brokers), client_id=self.client_id, linger_ms=s.linger_ms,
-                    acks="all", enable_idempotence=False, max_request_size=s.producer_max_request_size,
-                    **kafka_auth(s))
+        return dict(
+            bootstrap_servers=servers(s.brokers),
+            client_id=self.client_id,
+            linger_ms=s.linger_ms,
+            acks="all",
+            enable_idempotence=False,
+            max_request_size=s.producer_max_request_size,
+            **kafka_auth(s),
+        )
 
     async def send(self, topic: str, key: bytes | None, value: bytes, partition: int | None = None) -> Any:
         """Hand one record over; returns its delivery future."""
@@ -88,6 +94,6 @@ class RecordProducer:
             return
         try:
             await asyncio.wait_for(producer.flush(), timeout)
-        except (asyncio.TimeoutError, Exception) as exc:
+        except (TimeoutError, Exception) as exc:
             log.warning("records not delivered at shutdown (they are replayed after the restart): %r", exc)
         await producer.stop()

@@ -5,11 +5,21 @@
 """
 
 from loopwarden.runner.client import LoopClient, VerdictStream
-from loopwarden.runner.run import Run
 from loopwarden.runner.results import blocked_tool_result, is_blocked_result
+from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, RunState
 from loopwarden.runner.wire import RunRef
 
-__all__ = ["ClientSettings", "ClientStats", "Decision", "LoopClient", "Run", "RunRef", "RunState", "VerdictStream",
-           "blocked_tool_result", "is_blocked_result"]
+__all__ = [
+    "ClientSettings",
+    "ClientStats",
+    "Decision",
+    "LoopClient",
+    "Run",
+    "RunRef",
+    "RunState",
+    "VerdictStream",
+    "blocked_tool_result",
+    "is_blocked_result",
+]

@@ -22,22 +22,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
-from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
-from loopwarden.schemas.verdicts import Verdict
+from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner import wire
 from loopwarden.runner.listener import VerdictListener
 from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
-from loopwarden.kafka.connection import kafka_auth
+from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
+from loopwarden.schemas.verdicts import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class VerdictStream:
         self._queue = queue
         self._done = False
 
-    def __aiter__(self) -> "VerdictStream":
+    def __aiter__(self) -> VerdictStream:
         return self
 
     async def __anext__(self) -> Verdict:
@@ -96,11 +97,16 @@ class LoopClient:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self) -> "LoopClient":
+    async def start(self) -> LoopClient:
         s = self.settings
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=s.servers, linger_ms=s.linger_ms, acks=1, enable_idempotence=False,
-            request_timeout_ms=s.request_timeout_ms, client_id=f"{s.client_id}-events", **kafka_auth(s),
+            bootstrap_servers=s.servers,
+            linger_ms=s.linger_ms,
+            acks=1,
+            enable_idempotence=False,
+            request_timeout_ms=s.request_timeout_ms,
+            client_id=f"{s.client_id}-events",
+            **kafka_auth(s),
         )
         self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign)
         try:
@@ -134,10 +140,10 @@ class LoopClient:
             limit = self.settings.request_timeout_ms / 1000 + self.settings.close_timeout
             try:
                 await asyncio.wait_for(producer.stop(), limit)
-            except (asyncio.TimeoutError, KafkaError):
+            except (TimeoutError, KafkaError):
                 log.warning("event producer did not flush within %.1fs", limit)
 
-    async def __aenter__(self) -> "LoopClient":
+    async def __aenter__(self) -> LoopClient:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -150,8 +156,13 @@ class LoopClient:
 
     # -- runs ----------------------------------------------------------------------
 
-    def run(self, agent_id: str, session_id: str | None = None, run_id: str | None = None,
-            on_verdict: VerdictCallback | None = None) -> Run:
+    def run(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        on_verdict: VerdictCallback | None = None,
+    ) -> Run:
         """Register a run and return its handle (register before its first event)."""
         ref = wire.RunRef(agent_id=agent_id, session_id=session_id, run_id=run_id)
         self.register(ref.key, on_verdict)
@@ -176,7 +187,7 @@ class LoopClient:
         entry = self._runs.get(key)
         return entry.state if entry is not None else None
 
-    def verdicts(self, key: str) -> "VerdictStream":
+    def verdicts(self, key: str) -> VerdictStream:
         """Every verdict of a registered run from the moment of this call (not of the first
         ``anext``); the iteration ends when the run is unregistered."""
         entry = self._runs.get(key)
@@ -202,8 +213,9 @@ class LoopClient:
         try:
             delivery = await asyncio.wait_for(
                 producer.send(self.settings.events_topic, encode_event(event), key=run_key(event).encode()),
-                self.settings.check_timeout)
-        except (asyncio.TimeoutError, KafkaError) as exc:
+                self.settings.check_timeout,
+            )
+        except (TimeoutError, KafkaError) as exc:
             log.warning("event not published: %r", exc)
             self.stats.send_errors += 1
             return False
@@ -215,8 +227,9 @@ class LoopClient:
         if not delivery.cancelled() and delivery.exception() is not None:
             self.stats.send_errors += 1
 
-    async def tool_call(self, ref: wire.RunRef, tool_name: str, params: Any = None, *,
-                        tool_call_id: str | None = None) -> ToolCall:
+    async def tool_call(
+        self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None
+    ) -> ToolCall:
         """Publish a ``tool_call`` without waiting for a decision (its verdict, if any, updates run state)."""
         call = wire.tool_call(ref, tool_name, params, tool_call_id=tool_call_id, encode=self.encode)
         await self.publish(call)
@@ -234,8 +247,9 @@ class LoopClient:
         event = wire.result_for(call, result=result, error=error, encode=self.encode)
         await self.publish(event)
         if decision is not None and decision.action in ("block", "abort") and decision.verdict is not None:
-            outcome, detail = (("applied", "tool not run") if is_blocked_result(result)
-                               else ("failed", "the tool ran anyway"))
+            outcome, detail = (
+                ("applied", "tool not run") if is_blocked_result(result) else ("failed", "the tool ran anyway")
+            )
             await self._ack_once(decision.verdict, outcome, f"{decision.action}: {detail}")
             if decision.superseded is not None:
                 await self.ack(decision.superseded, outcome, f"block (answered by the run's abort): {detail}")
@@ -288,8 +302,9 @@ class LoopClient:
                 stats.blocked += 1
                 return Decision(action="block", source="pending_block", call=call, verdict=pending)
         if not call.await_decision or not call.tool_call_id:
-            call = msgspec.structs.replace(call, await_decision=True,
-                                           tool_call_id=call.tool_call_id or wire.new_call_id())
+            call = msgspec.structs.replace(
+                call, await_decision=True, tool_call_id=call.tool_call_id or wire.new_call_id()
+            )
         producer = self._producer
         if producer is None:
             stats.fail_open_error += 1
@@ -337,8 +352,14 @@ class LoopClient:
             stats.aborted += 1
         else:
             stats.allowed += 1
-        return Decision(action=action, source="verdict", call=call, verdict=verdict,
-                        seconds=time.perf_counter() - t0, superseded=superseded)
+        return Decision(
+            action=action,
+            source="verdict",
+            call=call,
+            verdict=verdict,
+            seconds=time.perf_counter() - t0,
+            superseded=superseded,
+        )
 
     @staticmethod
     def _delivery_into(delivery: asyncio.Future, fut: asyncio.Future) -> None:

@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from aiokafka.errors import KafkaError
 
-from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.settings import ClientSettings
+from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +40,14 @@ Handler = Callable[[bytes | None, Verdict], None]
 
 
 class VerdictListener:
-    def __init__(self, settings: ClientSettings, handler: Handler, on_undecodable: Callable[[], None],
-                 wants: Callable[[bytes], bool] | None = None, on_foreign: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: ClientSettings,
+        handler: Handler,
+        on_undecodable: Callable[[], None],
+        wants: Callable[[bytes], bool] | None = None,
+        on_foreign: Callable[[], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.handler = handler
         self.on_undecodable = on_undecodable
@@ -64,18 +69,25 @@ class VerdictListener:
         """
         s = self.settings
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.servers, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="latest", fetch_max_wait_ms=s.fetch_wait_ms,
+            bootstrap_servers=s.servers,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=s.fetch_wait_ms,
             request_timeout_ms=max(s.request_timeout_ms, 2 * s.fetch_wait_ms + 1000),
-            client_id=f"{s.client_id}-verdicts", **kafka_auth(s),
+            client_id=f"{s.client_id}-verdicts",
+            **kafka_auth(s),
         )
         await self._consumer.start()
         self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
         try:
             await asyncio.wait_for(asyncio.shield(self.ready.wait()), s.start_timeout)
-        except asyncio.TimeoutError:
-            log.warning("control topic %s not available after %.1fs; gate checks fail open until it is",
-                        s.control_topic, s.start_timeout)
+        except TimeoutError:
+            log.warning(
+                "control topic %s not available after %.1fs; gate checks fail open until it is",
+                s.control_topic,
+                s.start_timeout,
+            )
 
     async def _assign(self) -> None:
         consumer, topic = self._consumer, self.settings.control_topic
@@ -162,5 +174,5 @@ async def stop_consumer(consumer: AIOKafkaConsumer, timeout: float) -> None:
         cancel_fetch_tasks(consumer)
         try:
             await asyncio.wait_for(close_connections(consumer), timeout)
-        except (asyncio.TimeoutError, KafkaError, OSError):
+        except (TimeoutError, KafkaError, OSError):
             log.warning("verdict consumer connections did not close cleanly")

@@ -24,5 +24,8 @@ def blocked_tool_result(message: str) -> dict[str, Any]:
 def is_blocked_result(result: Any) -> bool:
     """True for a result built by :func:`blocked_tool_result` (or OpenClaw's own veto)."""
     details = result.get("details") if isinstance(result, dict) else None
-    return isinstance(details, dict) and details.get("status") == "blocked" \
+    return (
+        isinstance(details, dict)
+        and details.get("status") == "blocked"
         and details.get("deniedReason") == DENIED_REASON
+    )

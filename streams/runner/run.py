@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
-from loopwarden.schemas.events import ToolCall, ToolResult
-from loopwarden.schemas.verdicts import Verdict
 from loopwarden.runner import wire
 from loopwarden.runner.state import Decision, RunState
+from loopwarden.schemas.events import ToolCall, ToolResult
+from loopwarden.schemas.verdicts import Verdict
 
 if TYPE_CHECKING:
     from loopwarden.runner.client import LoopClient, VerdictCallback, VerdictStream
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class Run:
     """One registered run (made by :meth:`LoopClient.run`)."""
 
-    def __init__(self, client: "LoopClient", ref: wire.RunRef) -> None:
+    def __init__(self, client: LoopClient, ref: wire.RunRef) -> None:
         self.client = client
         self.ref = ref
 
@@ -42,15 +42,16 @@ class Run:
     def on_verdict(self, callback: VerdictCallback) -> None:
         self.client.register(self.key, callback)
 
-    def verdicts(self) -> "VerdictStream":
+    def verdicts(self) -> VerdictStream:
         return self.client.verdicts(self.key)
 
     def call(self, tool_name: str, params: Any = None, tool_call_id: str | None = None) -> ToolCall:
         """Build (not publish) a ``tool_call`` of this run."""
         return wire.tool_call(self.ref, tool_name, params, tool_call_id=tool_call_id, encode=self.client.encode)
 
-    async def check(self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
-                    timeout: float | None = None) -> Decision:
+    async def check(
+        self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None, timeout: float | None = None
+    ) -> Decision:
         return await self.client.check(self.call(tool_name, params, tool_call_id), timeout)
 
     async def tool_call(self, tool_name: str, params: Any = None, *, tool_call_id: str | None = None) -> ToolCall:

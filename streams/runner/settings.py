@@ -47,7 +47,7 @@ class ClientSettings(SecuritySettings, kw_only=True):
         return servers(self.bootstrap)
 
     @classmethod
-    def from_env(cls, environ: dict | None = None, **overrides: Any) -> "ClientSettings":
+    def from_env(cls, environ: dict | None = None, **overrides: Any) -> ClientSettings:
         """``overrides`` > ``LOOPWARDEN_RUNNER_<FIELD>`` env vars > defaults."""
         environ = os.environ if environ is None else environ
         raw: dict[str, Any] = {}

@@ -12,9 +12,9 @@ from typing import Literal
 
 import msgspec
 
+from loopwarden.runner.results import blocked_tool_result
 from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
-from loopwarden.runner.results import blocked_tool_result
 
 DecisionAction = Literal["allow", "warn", "block", "abort"]
 DecisionSource = Literal["verdict", "pending_block", "aborted", "timeout", "error", "closed"]

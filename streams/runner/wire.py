@@ -13,7 +13,8 @@ import dataclasses
 import os
 import time
 import uuid
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw
@@ -110,45 +111,89 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def tool_call(run: RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
-              await_decision: bool = False, encode: Encode = _default_encoder) -> ToolCall:
+def tool_call(
+    run: RunRef,
+    tool_name: str,
+    params: Any = None,
+    *,
+    tool_call_id: str | None = None,
+    await_decision: bool = False,
+    encode: Encode = _default_encoder,
+) -> ToolCall:
     """A ``tool_call``; a missing ``tool_call_id`` gets a fresh one (gate mode correlates on it)."""
-    return ToolCall(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
-                    tool_name=tool_name, tool_call_id=tool_call_id or new_call_id(),
-                    params=UNSET if params is None else encode(params), await_decision=await_decision,
-                    **_stamp())
+    return ToolCall(
+        agent_id=run.agent_id,
+        session_id=run.session_id,
+        run_id=run.run_id,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id or new_call_id(),
+        params=UNSET if params is None else encode(params),
+        await_decision=await_decision,
+        **_stamp(),
+    )
 
 
-def tool_result(run: RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None,
-                result: Any = UNSET, error: Any = UNSET, encode: Encode = _default_encoder) -> ToolResult:
+def tool_result(
+    run: RunRef,
+    tool_name: str,
+    params: Any = None,
+    *,
+    tool_call_id: str | None = None,
+    result: Any = UNSET,
+    error: Any = UNSET,
+    encode: Encode = _default_encoder,
+) -> ToolResult:
     """A ``tool_result``: pass ``result`` for an outcome, ``error`` when the tool threw."""
-    return ToolResult(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
-                      tool_name=tool_name, tool_call_id=tool_call_id,
-                      params=UNSET if params is None else encode(params),
-                      result=UNSET if result is UNSET else encode(result),
-                      error=UNSET if error is UNSET else encode(error), **_stamp())
+    return ToolResult(
+        agent_id=run.agent_id,
+        session_id=run.session_id,
+        run_id=run.run_id,
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
+        params=UNSET if params is None else encode(params),
+        result=UNSET if result is UNSET else encode(result),
+        error=UNSET if error is UNSET else encode(error),
+        **_stamp(),
+    )
 
 
-def result_for(call: ToolCall, *, result: Any = UNSET, error: Any = UNSET,
-               encode: Encode = _default_encoder) -> ToolResult:
+def result_for(
+    call: ToolCall, *, result: Any = UNSET, error: Any = UNSET, encode: Encode = _default_encoder
+) -> ToolResult:
     """The ``tool_result`` of a published call: same run, tool, id and params."""
-    return ToolResult(agent_id=call.agent_id, session_id=call.session_id, run_id=call.run_id,
-                      tool_name=call.tool_name, tool_call_id=call.tool_call_id, params=call.params,
-                      result=UNSET if result is UNSET else encode(result),
-                      error=UNSET if error is UNSET else encode(error), **_stamp())
+    return ToolResult(
+        agent_id=call.agent_id,
+        session_id=call.session_id,
+        run_id=call.run_id,
+        tool_name=call.tool_name,
+        tool_call_id=call.tool_call_id,
+        params=call.params,
+        result=UNSET if result is UNSET else encode(result),
+        error=UNSET if error is UNSET else encode(error),
+        **_stamp(),
+    )
 
 
 def compaction_retry(run: RunRef, reason: str | None = None) -> CompactionRetry:
-    return CompactionRetry(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
-                           reason=reason, **_stamp())
+    return CompactionRetry(
+        agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id, reason=reason, **_stamp()
+    )
 
 
 def run_end(run: RunRef) -> RunEnd:
     return RunEnd(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id, **_stamp())
 
 
-def verdict_ack(run: RunRef, verdict_id: str, outcome: Literal["applied", "failed"],
-                detail: str | None = None) -> VerdictAck:
+def verdict_ack(
+    run: RunRef, verdict_id: str, outcome: Literal["applied", "failed"], detail: str | None = None
+) -> VerdictAck:
     """The runner acted on verdict ``verdict_id`` (``applied``) or could not (``failed``)."""
-    return VerdictAck(agent_id=run.agent_id, session_id=run.session_id, run_id=run.run_id,
-                      verdict_id=verdict_id, outcome=outcome, detail=detail, **_stamp())
+    return VerdictAck(
+        agent_id=run.agent_id,
+        session_id=run.session_id,
+        run_id=run.run_id,
+        verdict_id=verdict_id,
+        outcome=outcome,
+        detail=detail,
+        **_stamp(),
+    )

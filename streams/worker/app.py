@@ -13,20 +13,19 @@ from typing import Any
 
 import faust
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.internals.faust_consumer import batch_durable
 from loopwarden.internals.faust_table import fetcher_service
+from loopwarden.kafka.connection import faust_credentials, kafka_auth, servers
+from loopwarden.kafka.producer import RecordProducer
+from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.committer import Committer
 from loopwarden.worker.configfeed import ConfigFeed
-from loopwarden.worker.health import Health, Watchdog
 from loopwarden.worker.fleet_agent import install as install_fleet
+from loopwarden.worker.health import Health, Watchdog
 from loopwarden.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runtable import RunTable
-from loopwarden.kafka.connection import faust_credentials, kafka_auth, servers
-from loopwarden.kafka.producer import RecordProducer
 from loopwarden.worker.settings import Settings
-
 
 TABLE_NAME = "runs"
 
@@ -52,7 +51,7 @@ class LoopwardenApp(faust.App):
             await self.record_producer.stop()
 
 
-def ack_when_durable(consumer: Any, events: list, durable: "asyncio.Future[None]") -> None:
+def ack_when_durable(consumer: Any, events: list, durable: asyncio.Future[None]) -> None:
     """Ack a batch's Faust events once its verdicts and state are durable (the fast path's rule)."""
     if batch_durable(consumer, durable):
         for event in events:
@@ -83,8 +82,12 @@ class Runtime:
             "not_rebalancing": not app.rebalancing,
             "config_loaded": self.feed.loaded.is_set(),
         }
-        return {"ready": all(checks.values()), "checks": checks, "partitions": sorted(assigned),
-                "not_fetched": app.consumer.not_fetched()}  # changelogs Faust does not read now
+        return {
+            "ready": all(checks.values()),
+            "checks": checks,
+            "partitions": sorted(assigned),
+            "not_fetched": app.consumer.not_fetched(),
+        }  # changelogs Faust does not read now
 
 
 def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:
@@ -117,12 +120,29 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     )
     app.worker_settings = s
 
-    events = app.topic(s.events_topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                       value_serializer="raw", partitions=s.partitions)
-    table = app.Table(TABLE_NAME, default=None, key_type=bytes, value_type=bytes,  # bytes = raw serializer
-                      partitions=s.partitions, options=s.rocksdb_options)
-    feed = ConfigFeed(fleet or FleetConfig(), s.bootstrap, s.config_topic, on_update=metrics.config_updates.inc,
-                      client_kwargs=kafka_auth(s))
+    events = app.topic(
+        s.events_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=s.partitions,
+    )
+    table = app.Table(
+        TABLE_NAME,
+        default=None,
+        key_type=bytes,
+        value_type=bytes,  # bytes = raw serializer
+        partitions=s.partitions,
+        options=s.rocksdb_options,
+    )
+    feed = ConfigFeed(
+        fleet or FleetConfig(),
+        s.bootstrap,
+        s.config_topic,
+        on_update=metrics.config_updates.inc,
+        client_kwargs=kafka_auth(s),
+    )
 
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:
         return await app.producer.send(topic, key, value, partition, None, None)
@@ -130,10 +150,18 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     runtable = RunTable(table, s.events_topic, send)  # the changelog: Faust's producer
     app.record_producer = RecordProducer(s)
     processor = RunProcessor(s, metrics, runtable, app.record_producer.send, lambda: feed.fleet)
-    health = Health(s.stall_timeout, lambda: {"app": app, "consumer": app.consumer, "producer": app.producer,
-                                              "fetcher": fetcher_service(app)})
-    fleet_rt = install_fleet(app, s, metrics, lambda: feed.fleet, send, lambda: {
-        tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]})
+    health = Health(
+        s.stall_timeout,
+        lambda: {"app": app, "consumer": app.consumer, "producer": app.producer, "fetcher": fetcher_service(app)},
+    )
+    fleet_rt = install_fleet(
+        app,
+        s,
+        metrics,
+        lambda: feed.fleet,
+        send,
+        lambda: {tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]},
+    )
     processor.hooks = fleet_rt.hooks
     app.committer = processor.committer
     rt = Runtime(s, metrics, feed, runtable, processor, health)

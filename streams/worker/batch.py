@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 import msgspec
 
+from loopwarden.detection import enforcement, step
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
-from loopwarden.detection import enforcement, step
 from loopwarden.worker.runcodec import RunValue, state_key
 from loopwarden.worker.screening import dead_letter_value, screen
 
@@ -108,25 +108,58 @@ def default_step(state: Any, event: Any, fleet: FleetConfig) -> Any:
 def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verdict:
     """The published form of an emitted detection."""
     return Verdict(
-        verdict_id=verdict_id, action=det.action, agent_id=event.agent_id, run_id=event.run_id,
-        session_id=event.session_id, level=det.level, detector=det.detector, count=det.count,
-        message=det.message, warning_key=det.warning_key, tool_name=det.tool_name,
-        paired_tool_name=det.paired_tool_name, tool_call_id=getattr(event, "tool_call_id", None),
-        event_ts=event.ts, ts=now, shadow=det.shadow, loop_tokens=det.loop_tokens, loop_cost=det.loop_cost,
+        verdict_id=verdict_id,
+        action=det.action,
+        agent_id=event.agent_id,
+        run_id=event.run_id,
+        session_id=event.session_id,
+        level=det.level,
+        detector=det.detector,
+        count=det.count,
+        message=det.message,
+        warning_key=det.warning_key,
+        tool_name=det.tool_name,
+        paired_tool_name=det.paired_tool_name,
+        tool_call_id=getattr(event, "tool_call_id", None),
+        event_ts=event.ts,
+        ts=now,
+        shadow=det.shadow,
+        loop_tokens=det.loop_tokens,
+        loop_cost=det.loop_cost,
     )
 
 
 def violation_for(found: enforcement.Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
     """The published form of a violation (:mod:`loopwarden.detection.enforcement`)."""
-    return VerdictViolation(violation_id=violation_id, kind=found.kind, verdict_id=found.verdict_id,
-                            agent_id=event.agent_id, run_id=event.run_id, session_id=event.session_id,
-                            tool_name=getattr(event, "tool_name", None),
-                            tool_call_id=getattr(event, "tool_call_id", None), event_ts=event.ts, ts=now)
+    return VerdictViolation(
+        violation_id=violation_id,
+        kind=found.kind,
+        verdict_id=found.verdict_id,
+        agent_id=event.agent_id,
+        run_id=event.run_id,
+        session_id=event.session_id,
+        tool_name=getattr(event, "tool_name", None),
+        tool_call_id=getattr(event, "tool_call_id", None),
+        event_ts=event.ts,
+        ts=now,
+    )
 
 
-def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violation | None", state: Any,
-             published: list, source: str, rkey: bytes, now: float, fleet: FleetConfig, limits: Limits,
-             counts: Counts, outgoing: list, index: int) -> int:
+def _enforce(
+    event: Any,
+    before: RunValue | None,
+    found: enforcement.Violation | None,
+    state: Any,
+    published: list,
+    source: str,
+    rkey: bytes,
+    now: float,
+    fleet: FleetConfig,
+    limits: Limits,
+    counts: Counts,
+    outgoing: list,
+    index: int,
+) -> int:
     """Acks, deadlines, violations and escalation for one applied event; returns verdicts added.
 
     ``published`` are the event's enforced verdicts; ``index`` numbers the next verdict id of the event.
@@ -144,8 +177,14 @@ def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violatio
         counts.unacked[action] += 1
     if found is not None:
         counts.violations[found.kind] += 1
-        outgoing.append(Outgoing(limits.control_topic, rkey,
-                                 encode_verdict(violation_for(found, event, f"{source}:violation", now)), source))
+        outgoing.append(
+            Outgoing(
+                limits.control_topic,
+                rkey,
+                encode_verdict(violation_for(found, event, f"{source}:violation", now)),
+                source,
+            )
+        )
     if not published and found is None and (state is None or state.enforcement is None):
         return 0  # nothing to note: runs without verdicts pay nothing more
 
@@ -154,20 +193,32 @@ def _enforce(event: Any, before: "RunValue | None", found: "enforcement.Violatio
         index += 1
         return f"{source}:{index - 1}"
 
-    extra = enforcement.after_step(state, event, found, published, next_id, now,
-                                   fleet.extensions(event.agent_id).escalation)
+    extra = enforcement.after_step(
+        state, event, found, published, next_id, now, fleet.extensions(event.agent_id).escalation
+    )
     for verdict_id, det in extra:
         counts.verdicts[(det.action, det.detector, "enforce")] += 1
-        outgoing.append(Outgoing(limits.control_topic, rkey, encode_verdict(verdict_for(det, event, verdict_id, now)),
-                                 source, event.ts))
+        outgoing.append(
+            Outgoing(
+                limits.control_topic, rkey, encode_verdict(verdict_for(det, event, verdict_id, now)), source, event.ts
+            )
+        )
     return len(extra)
 
 
 def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
     """The answer to a gated call (``await_decision``) that no detector stopped."""
-    return Verdict(verdict_id=verdict_id, action="allow", agent_id=event.agent_id, run_id=event.run_id,
-                   session_id=event.session_id, tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                   event_ts=event.ts, ts=now)
+    return Verdict(
+        verdict_id=verdict_id,
+        action="allow",
+        agent_id=event.agent_id,
+        run_id=event.run_id,
+        session_id=event.session_id,
+        tool_name=event.tool_name,
+        tool_call_id=event.tool_call_id,
+        event_ts=event.ts,
+        ts=now,
+    )
 
 
 class StepSampler:
@@ -182,10 +233,17 @@ class StepSampler:
         self.every = every
 
 
-def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, limits: Limits,
-                tool_label: Callable[[str | None], str] = lambda name: "other", now: float | None = None,
-                sampler: StepSampler | None = None, stepper: StepFn = default_step,
-                after_step: AfterStepFn | None = None) -> BatchResult:
+def apply_batch(
+    records: Iterable[Record],
+    read: ReadFn,
+    fleet: FleetConfig,
+    limits: Limits,
+    tool_label: Callable[[str | None], str] = lambda name: "other",
+    now: float | None = None,
+    sampler: StepSampler | None = None,
+    stepper: StepFn = default_step,
+    after_step: AfterStepFn | None = None,
+) -> BatchResult:
     """Apply ``records`` in order; nothing is published or stored here (see the module docstring)."""
     now = time.time() if now is None else now
     sampler = sampler or StepSampler()
@@ -206,16 +264,21 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
     tick, every = sampler.n, sampler.every
     n = 0
 
-    for n, msg in enumerate(records, 1):
+    for n, msg in enumerate(records, 1):  # noqa: B007 (n is read after the loop)
         topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
         positions[partition] = offset
         try:
             event = screen(raw, max_bytes, max_depth)
         except EventDecodeError as exc:
             counts.dead[exc.reason] += 1
-            outgoing.append(Outgoing(limits.dead_letter_topic, key,
-                                     dead_letter_value(exc, topic, partition, offset, raw),
-                                     f"{topic}:{partition}:{offset}"))
+            outgoing.append(
+                Outgoing(
+                    limits.dead_letter_topic,
+                    key,
+                    dead_letter_value(exc, topic, partition, offset, raw),
+                    f"{topic}:{partition}:{offset}",
+                )
+            )
             continue
         cls = type(event)
         types[_TAGS[cls]] += 1
@@ -223,8 +286,12 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
         known = keys.get(ids)
         if known is None:
             agent = event.agent_id
-            known = keys[ids] = (run_key(event).encode(), state_key(event), fleet.resolve(agent),
-                                 fleet.extensions(agent))
+            known = keys[ids] = (
+                run_key(event).encode(),
+                state_key(event),
+                fleet.resolve(agent),
+                fleet.extensions(agent),
+            )
         rkey = known[0]
         if key is not None and key != rkey:
             counts.misrouted += 1
@@ -251,8 +318,9 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
             log.exception("step() failed at %s", source)
             err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
             counts.dead[err.reason] += 1
-            outgoing.append(Outgoing(limits.dead_letter_topic, key,
-                                     dead_letter_value(err, topic, partition, offset, raw), source))
+            outgoing.append(
+                Outgoing(limits.dead_letter_topic, key, dead_letter_value(err, topic, partition, offset, raw), source)
+            )
             continue
         if timed:
             counts.step_seconds.append(perf() - t0)
@@ -270,8 +338,14 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
                 counts.loop_cost[labels] += charge.cost
         gated = cls is ToolCall and event.await_decision
         extra = after_step(state_in, event, result) if after_step is not None else ()
-        if not (result.detections or gated or extra or found is not None or cls is VerdictAck
-                or (state_in is not None and state_in.enforcement is not None)):  # acks, obedience: watched
+        if not (
+            result.detections
+            or gated
+            or extra
+            or found is not None
+            or cls is VerdictAck
+            or (state_in is not None and state_in.enforcement is not None)
+        ):  # acks, obedience: watched
             continue  # the common case: nothing to publish for this event
         source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
         for topic_, key_, value_ in extra:
@@ -293,11 +367,13 @@ def apply_batch(records: Iterable[Record], read: ReadFn, fleet: FleetConfig, lim
                 counts.guard_aborts += 1
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
             published.append((verdict.verdict_id, det))
-        enforced = len(published) + _enforce(event, value, found, result.state, published, source, rkey, now,
-                                             fleet, limits, counts, outgoing, index)
+        enforced = len(published) + _enforce(
+            event, value, found, result.state, published, source, rkey, now, fleet, limits, counts, outgoing, index
+        )
         if enforced == 0 and gated:  # shadowed detections only: the runner is answered as if none fired
             counts.verdicts[("allow", "none", "enforce")] += 1
-            outgoing.append(Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)),
-                                     source, event.ts))
+            outgoing.append(
+                Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)), source, event.ts)
+            )
     sampler.n = tick
     return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts, records=n)

@@ -13,9 +13,10 @@ from loopwarden.worker.settings import Settings, add_arguments, from_sources
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "worker", help="run the stream worker (Faust) against a Kafka broker",
+        "worker",
+        help="run the stream worker (Faust) against a Kafka broker",
         description="Consume agent events, keep run state in a RocksDB table, publish verdicts. "
-                    "Every setting is a flag or a LOOPWARDEN_* environment variable (flag wins).",
+        "Every setting is a flag or a LOOPWARDEN_* environment variable (flag wins).",
     )
     add_arguments(parser)
     parser.set_defaults(func=main)
@@ -28,9 +29,9 @@ def main(args: argparse.Namespace) -> int:
 
 def run_worker(settings: Settings) -> int:
     """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
+    from loopwarden.kafka.admin import ensure_topics
     from loopwarden.schemas.config import FleetConfig
     from loopwarden.schemas.config_check import check_file
-    from loopwarden.kafka.admin import ensure_topics
     from loopwarden.worker.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")

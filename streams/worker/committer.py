@@ -63,8 +63,15 @@ def is_permanent(exc: BaseException) -> bool:
     """Whether retrying the same record can never succeed (its size, its topic, its encoding)."""
     from aiokafka import errors
 
-    permanent = (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.InvalidTopicError,
-                 errors.TopicAuthorizationFailedError, errors.UnsupportedVersionError, TypeError, ValueError)
+    permanent = (
+        errors.MessageSizeTooLargeError,
+        errors.RecordTooLargeError,
+        errors.InvalidTopicError,
+        errors.TopicAuthorizationFailedError,
+        errors.UnsupportedVersionError,
+        TypeError,
+        ValueError,
+    )
     return isinstance(exc, permanent)
 
 
@@ -83,13 +90,20 @@ class PublishPolicy(msgspec.Struct, frozen=True, kw_only=True):
 class Committer:
     """Owns ``pending`` and the completion chain; one per worker process."""
 
-    def __init__(self, table: Any, send: SendFn, *, max_inflight: int = 4, flush_interval: float = 0.0,
-                 max_unflushed: int = 10_000,
-                 policy: PublishPolicy | None = None,
-                 on_durable: Callable[[BatchResult, float], None] | None = None,
-                 on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
-                 on_retry: Callable[[Outgoing, BaseException], None] | None = None,
-                 shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None) -> None:
+    def __init__(
+        self,
+        table: Any,
+        send: SendFn,
+        *,
+        max_inflight: int = 4,
+        flush_interval: float = 0.0,
+        max_unflushed: int = 10_000,
+        policy: PublishPolicy | None = None,
+        on_durable: Callable[[BatchResult, float], None] | None = None,
+        on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
+        on_retry: Callable[[Outgoing, BaseException], None] | None = None,
+        shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None,
+    ) -> None:
         self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
         self.send = send
         self.max_inflight = max_inflight
@@ -127,7 +141,7 @@ class Committer:
             log.error("undecodable run value at partition %s key %r: starting the run afresh", partition, key)
             return None
 
-    async def submit(self, result: BatchResult) -> "asyncio.Future[None]":
+    async def submit(self, result: BatchResult) -> asyncio.Future[None]:
         """Steps 1-2 now; returns the future of steps 3-5 (done = ack the batch's records)."""
         writes: dict[tuple[int, bytes], bytes | None] = {}
         staged: list[tuple[tuple[int, bytes], RunValue | None]] = []
@@ -198,15 +212,24 @@ class Committer:
                     if too_large(exc) and self.shrink_dead_letter is not None:
                         smaller = self.shrink_dead_letter(out)
                         if smaller is not None and smaller is not out:
-                            log.warning("dead letter for %s too large to publish whole (%d bytes); "
-                                        "sending it without the raw bytes", out.source, len(out.value))
+                            log.warning(
+                                "dead letter for %s too large to publish whole (%d bytes); "
+                                "sending it without the raw bytes",
+                                out.source,
+                                len(out.value),
+                            )
                             out = smaller
                             attempt = await self._start(out)
                             continue
                     permanent += 1
                     if permanent >= p.permanent_attempts:
-                        log.error("giving up on a record for %s at %s after %d attempts: %r",
-                                  out.topic, out.source, permanent, exc)
+                        log.error(
+                            "giving up on a record for %s at %s after %d attempts: %r",
+                            out.topic,
+                            out.source,
+                            permanent,
+                            exc,
+                        )
                         if self.on_dropped is not None:
                             self.on_dropped(out, exc)
                         return
@@ -219,20 +242,25 @@ class Committer:
                 backoff = min(p.backoff_max, backoff * 2)
                 attempt = await self._start(out)
 
-    async def _delivered(self, previous: "asyncio.Future | None", first: list,
-                         writes: dict) -> "tuple[asyncio.Future, float]":
+    async def _delivered(
+        self, previous: asyncio.Future | None, first: list, writes: dict
+    ) -> tuple[asyncio.Future, float]:
         """Step 3: in batch order, await the deliveries, then join the next flush; returns (flush, time)."""
         if previous is not None:
             await previous  # batch order; a failed predecessor fails this one too
         if first:
             # One wait for every delivery; only one that failed gets a retry loop (a task) of its own.
-            handed = [(out, fut if isinstance(fut, BaseException) else asyncio.ensure_future(fut))
-                      for out, fut in first]
+            handed = [
+                (out, fut if isinstance(fut, BaseException) else asyncio.ensure_future(fut)) for out, fut in first
+            ]
             futures = [fut for _, fut in handed if not isinstance(fut, BaseException)]
             if futures:
                 await asyncio.wait(futures)
-            failed = [(out, fut) for out, fut in handed
-                      if isinstance(fut, BaseException) or fut.cancelled() or fut.exception() is not None]
+            failed = [
+                (out, fut)
+                for out, fut in handed
+                if isinstance(fut, BaseException) or fut.cancelled() or fut.exception() is not None
+            ]
             if failed:
                 await asyncio.gather(*(self._deliver(out, fut) for out, fut in failed))
         delivered_at = time.time()
@@ -250,13 +278,13 @@ class Committer:
         self._hurry_always = self._hurry_always or always
         self._hurry.set()
 
-    async def _flush(self, previous: "asyncio.Future | None") -> None:
+    async def _flush(self, previous: asyncio.Future | None) -> None:
         """Step 4: after ``flush_interval``, write what the batches since the last flush left (in order)."""
         hurry = self._hurry
         if not hurry.is_set():
             try:
                 await asyncio.wait_for(hurry.wait(), self.flush_interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if not self._hurry_always:
             hurry.clear()  # hurried once: later flushes keep the interval
@@ -266,8 +294,9 @@ class Committer:
             await previous  # a failed flush fails the later ones: never a newer value over a lost older one
         await self.table.write([(slot[0], slot[1], value) for slot, value in items.items()])
 
-    async def _complete(self, delivered: asyncio.Future, previous: "asyncio.Future[None] | None",
-                        staged: list, result: BatchResult) -> None:
+    async def _complete(
+        self, delivered: asyncio.Future, previous: asyncio.Future[None] | None, staged: list, result: BatchResult
+    ) -> None:
         flush, delivered_at = await delivered
         await flush
         if previous is not None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from loopwarden.kafka.topics import assign_from_start
 from loopwarden.schemas.config import ConfigError, FleetConfig, parse_config_text
 from loopwarden.schemas.config_check import record_warnings
-from loopwarden.kafka.topics import assign_from_start
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,14 @@ def block_of(value: bytes | None) -> tuple[dict | None, dict | None]:
 
 
 class ConfigFeed:
-    def __init__(self, base: FleetConfig, bootstrap: str, topic: str,
-                 on_update: Callable[[], Any] | None = None, client_kwargs: dict | None = None) -> None:
+    def __init__(
+        self,
+        base: FleetConfig,
+        bootstrap: str,
+        topic: str,
+        on_update: Callable[[], Any] | None = None,
+        client_kwargs: dict | None = None,
+    ) -> None:
         self.fleet = base
         self.client_kwargs = client_kwargs or {}  # TLS/SASL (loopwarden.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
@@ -77,8 +84,13 @@ class ConfigFeed:
     async def run(self) -> None:
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    fetch_max_wait_ms=100, client_id="loopwarden-config", **self.client_kwargs)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+            client_id="loopwarden-config",
+            **self.client_kwargs,
+        )
         await consumer.start()
         try:
             tps = await assign_from_start(consumer, self.topic)

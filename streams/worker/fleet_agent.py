@@ -30,22 +30,30 @@ import asyncio
 import logging
 import math
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import faust
 import msgspec
 
-from loopwarden.worker.batch import default_step
-
-from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
-from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for
-from loopwarden.schemas.fleet import FinishedRun, Incident, JoinSignal, decode_incident, decode_signal, encode, signal_key
-from loopwarden.schemas.verdicts import Verdict
 from loopwarden.detection.engine import StepResult
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
 from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
+from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for
+from loopwarden.schemas.fleet import (
+    FinishedRun,
+    Incident,
+    JoinSignal,
+    decode_incident,
+    decode_signal,
+    encode,
+    signal_key,
+)
+from loopwarden.schemas.verdicts import Verdict
+from loopwarden.worker.batch import default_step
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
@@ -67,8 +75,9 @@ def fleet_topics(settings: Settings) -> tuple[str, str]:
 class FleetRuntime:
     """The fleet side of one worker; :meth:`step` and :meth:`after_step` are the batch path's hooks."""
 
-    def __init__(self, app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig],
-                 send: SendFn) -> None:
+    def __init__(
+        self, app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig], send: SendFn
+    ) -> None:
         s = self.settings = settings
         self.metrics = metrics
         self.fleet = fleet
@@ -76,16 +85,48 @@ class FleetRuntime:
         self.board = IncidentBoard()
         self.board_loaded = asyncio.Event()
         sig_name, ses_name = fleet_topics(s)
-        self.signatures_topic = app.topic(sig_name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                          value_serializer="raw", partitions=s.fleet_partitions, internal=True)
-        self.sessions_topic = app.topic(ses_name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                        value_serializer="raw", partitions=s.fleet_partitions, internal=True)
-        self.signatures = RunTable(app.Table(SIGNATURES_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                             partitions=s.fleet_partitions, options=s.rocksdb_options),
-                                   sig_name, send)
-        self.sessions = RunTable(app.Table(SESSIONS_TABLE, default=None, key_type=bytes, value_type=bytes,
-                                           partitions=s.fleet_partitions, options=s.rocksdb_options),
-                                 ses_name, send)
+        self.signatures_topic = app.topic(
+            sig_name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=s.fleet_partitions,
+            internal=True,
+        )
+        self.sessions_topic = app.topic(
+            ses_name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=s.fleet_partitions,
+            internal=True,
+        )
+        self.signatures = RunTable(
+            app.Table(
+                SIGNATURES_TABLE,
+                default=None,
+                key_type=bytes,
+                value_type=bytes,
+                partitions=s.fleet_partitions,
+                options=s.rocksdb_options,
+            ),
+            sig_name,
+            send,
+        )
+        self.sessions = RunTable(
+            app.Table(
+                SESSIONS_TABLE,
+                default=None,
+                key_type=bytes,
+                value_type=bytes,
+                partitions=s.fleet_partitions,
+                options=s.rocksdb_options,
+            ),
+            ses_name,
+            send,
+        )
         self.watermark = -math.inf  # newest signal ts seen by this worker
         self._arrived = time.time()  # wall time of the newest signal
         self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns
@@ -103,8 +144,7 @@ class FleetRuntime:
         """``step()`` plus the fleet response while an incident is open (else exactly the default step)."""
         if not self.board:
             return default_step(state, event, fleet)
-        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions(event.agent_id),
-                          self.board)
+        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions(event.agent_id), self.board)
 
     def after_step(self, state_in: RunState | None, event: Event, result: StepResult) -> list:
         """This step's signals for the repartition topics, as (topic, key, value) records to publish
@@ -159,8 +199,7 @@ class FleetRuntime:
         stored = self.sessions.get(partition, key)
         ext = self.fleet().extensions(run.agent_id)
         shadow = ext.shadowed("cross_run_repeat")  # recorded on the shadow topic; the runner hears nothing
-        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run,
-                                        shadow)
+        st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run, shadow)
         topic = self.settings.shadow_topic if shadow else self.settings.control_topic
         deliveries = []
         for verdict in verdicts:
@@ -212,8 +251,13 @@ class FleetRuntime:
         from loopwarden.kafka.topics import assign_from_start
 
         s = self.settings
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100,
-                                    client_id="loopwarden-incidents", **kafka_auth(s))
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+            client_id="loopwarden-incidents",
+            **kafka_auth(s),
+        )
         await consumer.start()
         try:
             await assign_from_start(consumer, s.incidents_topic)
@@ -234,8 +278,14 @@ def _stamped(verdict: Verdict) -> Verdict:
     return msgspec.structs.replace(verdict, ts=time.time())
 
 
-def install(app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig],
-            send: SendFn, owned: Callable[[], set[int]]) -> FleetRuntime:
+def install(
+    app: faust.App,
+    settings: Settings,
+    metrics: Metrics,
+    fleet: Callable[[], FleetConfig],
+    send: SendFn,
+    owned: Callable[[], set[int]],
+) -> FleetRuntime:
     """Create the fleet runtime and register its agents, timer and board task on ``app``."""
     rt = FleetRuntime(app, settings, metrics, fleet, send)
 

@@ -36,8 +36,12 @@ def crashed_services(services: dict[str, Any]) -> list[str]:
 class Health:
     """The loop's heartbeat and the failure reasons, shared by ``/healthz`` and the watchdog."""
 
-    def __init__(self, stall_timeout: float, services: Callable[[], dict[str, Any]] = dict,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stall_timeout: float,
+        services: Callable[[], dict[str, Any]] = dict,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stall_timeout = stall_timeout
         self.services = services
         self.clock = clock
@@ -68,8 +72,9 @@ class Health:
 class Watchdog(threading.Thread):
     """Exits the process once the worker has been unhealthy for ``exit_after`` seconds."""
 
-    def __init__(self, health: Health, exit_after: float, interval: float = 1.0,
-                 exit: Callable[[int], None] = os._exit) -> None:
+    def __init__(
+        self, health: Health, exit_after: float, interval: float = 1.0, exit: Callable[[int], None] = os._exit
+    ) -> None:
         super().__init__(name="loopwarden-watchdog", daemon=True)
         self.health = health
         self.exit_after = exit_after
@@ -89,8 +94,12 @@ class Watchdog(threading.Thread):
                 unhealthy_since = now
                 log.error("worker unhealthy: %s", "; ".join(reasons))
             if now - unhealthy_since >= self.exit_after:
-                log.critical("worker unhealthy for %.0fs, exiting %d: %s", now - unhealthy_since,
-                             EXIT_UNHEALTHY, "; ".join(reasons))
+                log.critical(
+                    "worker unhealthy for %.0fs, exiting %d: %s",
+                    now - unhealthy_since,
+                    EXIT_UNHEALTHY,
+                    "; ".join(reasons),
+                )
                 logging.shutdown()
                 self.exit(EXIT_UNHEALTHY)
                 return

@@ -24,69 +24,108 @@ class Metrics:
         self.tool_labels = tool_labels
         self.events = Counter("loopwarden_events", "Events decoded, by type", ["type"], registry=r)
         # mode: "shadow" (loopwarden.shadow: recorded on the shadow topic, not enforced) or "enforce"
-        self.detections = Counter("loopwarden_detections", "Detections (emitted or not)",
-                                  ["detector", "level", "tool", "mode"], registry=r)
-        self.verdicts = Counter("loopwarden_verdicts",
-                                "Verdicts published: on the control topic, or the shadow topic (mode=shadow)",
-                                ["action", "detector", "mode"], registry=r)
-        self.loop_tokens = Counter("loopwarden_loop_tokens",
-                                   "Tokens spent on calls charged to loops (the calls of a detection's streak, "
-                                   "calls to a blocked signature), from the events' usage",
-                                   ["detector", "tool", "mode"], registry=r)
-        self.loop_cost = Counter("loopwarden_loop_cost", "Cost of the calls charged to loops (usage.cost)",
-                                 ["detector", "tool", "mode"], registry=r)
-        self.dead_letters = Counter("loopwarden_dead_letters", "Messages sent to the dead-letter topic",
-                                    ["reason"], registry=r)
-        self.misrouted = Counter("loopwarden_misrouted_events",
-                                 "Events whose message key is not their run key (still processed)", registry=r)
-        self.duplicates = Counter("loopwarden_duplicate_events",
-                                  "Events dropped as repeats: same event_id in a run, or offset already applied",
-                                  registry=r)
-        self.publish_retries = Counter("loopwarden_publish_retries", "Publishes retried after a failure, by topic",
-                                       ["topic"], registry=r)
-        self.publish_dropped = Counter("loopwarden_publish_dropped",
-                                       "Records that could never be published and were skipped, by topic",
-                                       ["topic"], registry=r)
+        self.detections = Counter(
+            "loopwarden_detections", "Detections (emitted or not)", ["detector", "level", "tool", "mode"], registry=r
+        )
+        self.verdicts = Counter(
+            "loopwarden_verdicts",
+            "Verdicts published: on the control topic, or the shadow topic (mode=shadow)",
+            ["action", "detector", "mode"],
+            registry=r,
+        )
+        self.loop_tokens = Counter(
+            "loopwarden_loop_tokens",
+            "Tokens spent on calls charged to loops (the calls of a detection's streak, "
+            "calls to a blocked signature), from the events' usage",
+            ["detector", "tool", "mode"],
+            registry=r,
+        )
+        self.loop_cost = Counter(
+            "loopwarden_loop_cost",
+            "Cost of the calls charged to loops (usage.cost)",
+            ["detector", "tool", "mode"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "loopwarden_dead_letters", "Messages sent to the dead-letter topic", ["reason"], registry=r
+        )
+        self.misrouted = Counter(
+            "loopwarden_misrouted_events", "Events whose message key is not their run key (still processed)", registry=r
+        )
+        self.duplicates = Counter(
+            "loopwarden_duplicate_events",
+            "Events dropped as repeats: same event_id in a run, or offset already applied",
+            registry=r,
+        )
+        self.publish_retries = Counter(
+            "loopwarden_publish_retries", "Publishes retried after a failure, by topic", ["topic"], registry=r
+        )
+        self.publish_dropped = Counter(
+            "loopwarden_publish_dropped",
+            "Records that could never be published and were skipped, by topic",
+            ["topic"],
+            registry=r,
+        )
         self.guard_arms = Counter("loopwarden_guard_arms", "Post-compaction guards armed", registry=r)
-        self.guard_aborts = Counter("loopwarden_guard_aborts", "Runs aborted by the post-compaction guard",
-                                    registry=r)
-        self.step_seconds = Histogram("loopwarden_step_seconds", "Duration of one step() call (sampled: 1 event in 8)",
-                                      buckets=_STEP_BUCKETS, registry=r)
-        self.event_to_verdict = Histogram("loopwarden_event_to_verdict_seconds",
-                                          "From the event's ts to the verdict's delivery",
-                                          buckets=_LATENCY_BUCKETS, registry=r)
-        self.ack_seconds = Histogram("loopwarden_verdict_ack_seconds",
-                                     "From a verdict's publication to its verdict_ack (worker clock)",
-                                     buckets=_LATENCY_BUCKETS, registry=r)
+        self.guard_aborts = Counter("loopwarden_guard_aborts", "Runs aborted by the post-compaction guard", registry=r)
+        self.step_seconds = Histogram(
+            "loopwarden_step_seconds",
+            "Duration of one step() call (sampled: 1 event in 8)",
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.event_to_verdict = Histogram(
+            "loopwarden_event_to_verdict_seconds",
+            "From the event's ts to the verdict's delivery",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ack_seconds = Histogram(
+            "loopwarden_verdict_ack_seconds",
+            "From a verdict's publication to its verdict_ack (worker clock)",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.acks = Counter("loopwarden_verdict_acks", "verdict_ack events, by outcome", ["outcome"], registry=r)
-        self.unacked = Counter("loopwarden_verdicts_unacked",
-                               "warn/block/abort verdicts not acked within ack_timeout (or before their run ended)",
-                               ["action"], registry=r)
-        self.violations = Counter("loopwarden_verdict_violations",
-                                  "Runs going on past a verdict (verdict_violation records), by kind", ["kind"],
-                                  registry=r)
-        self.active_runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's partitions",
-                                 registry=r)
-        self.expired_runs = Counter("loopwarden_expired_runs", "Idle runs (or ended-run markers) expired",
-                                    registry=r)
-        self.consumer_lag = Gauge("loopwarden_consumer_lag", "Messages behind the partition's high watermark",
-                                  ["topic", "partition"], registry=r)
-        self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic",
-                                      registry=r)
+        self.unacked = Counter(
+            "loopwarden_verdicts_unacked",
+            "warn/block/abort verdicts not acked within ack_timeout (or before their run ended)",
+            ["action"],
+            registry=r,
+        )
+        self.violations = Counter(
+            "loopwarden_verdict_violations",
+            "Runs going on past a verdict (verdict_violation records), by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.active_runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's partitions", registry=r)
+        self.expired_runs = Counter("loopwarden_expired_runs", "Idle runs (or ended-run markers) expired", registry=r)
+        self.consumer_lag = Gauge(
+            "loopwarden_consumer_lag",
+            "Messages behind the partition's high watermark",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic", registry=r)
         self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
         # Fleet extensions (loopwarden.fleet); labels: state, signal kind, capped tool name.
-        self.fleet_signals = Counter("loopwarden_fleet_signals", "Signals sent to the fleet side, by kind",
-                                     ["kind"], registry=r)
-        self.fleet_joins = Counter("loopwarden_fleet_joins", "Runs that joined a failure signature, by tool",
-                                   ["tool"], registry=r)
-        self.incidents = Counter("loopwarden_incidents", "Incident records published, by state", ["state"],
-                                 registry=r)
-        self.open_incidents = Gauge("loopwarden_open_incidents", "Open incidents in this worker's partitions",
-                                    registry=r)
-        self.incident_runs = Gauge("loopwarden_incident_runs", "Runs joined to open incidents, by tool",
-                                   ["tool"], registry=r)
-        self.assigned_partitions = Gauge("loopwarden_assigned_partitions",
-                                         "Input-topic partitions assigned to this worker", registry=r)
+        self.fleet_signals = Counter(
+            "loopwarden_fleet_signals", "Signals sent to the fleet side, by kind", ["kind"], registry=r
+        )
+        self.fleet_joins = Counter(
+            "loopwarden_fleet_joins", "Runs that joined a failure signature, by tool", ["tool"], registry=r
+        )
+        self.incidents = Counter("loopwarden_incidents", "Incident records published, by state", ["state"], registry=r)
+        self.open_incidents = Gauge(
+            "loopwarden_open_incidents", "Open incidents in this worker's partitions", registry=r
+        )
+        self.incident_runs = Gauge(
+            "loopwarden_incident_runs", "Runs joined to open incidents, by tool", ["tool"], registry=r
+        )
+        self.assigned_partitions = Gauge(
+            "loopwarden_assigned_partitions", "Input-topic partitions assigned to this worker", registry=r
+        )
 
     def tool(self, name: str | None) -> str:
         return name if name in self.tool_labels else "other"

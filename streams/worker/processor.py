@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgspec
 
+from loopwarden.detection import enforcement
 from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
 from loopwarden.worker.committer import Committer, SendFn
 from loopwarden.worker.metrics import Metrics
-from loopwarden.detection import enforcement
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.screening import without_raw
@@ -30,36 +31,53 @@ log = logging.getLogger(__name__)
 
 
 class RunProcessor:
-    def __init__(self, settings: Settings, metrics: Metrics, table: RunTable, send: SendFn,
-                 fleet: Callable[[], Any]) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics, table: RunTable, send: SendFn, fleet: Callable[[], Any]
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.table = table
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
-        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks (loopwarden.worker.fleet_agent)
+        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks
+        # (loopwarden.worker.fleet_agent)
         self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (default_step, None)
         self.sampler = StepSampler()  # the step-time sample runs on across batches
-        self.limits = Limits(control_topic=settings.control_topic, shadow_topic=settings.shadow_topic,
-                             dead_letter_topic=settings.dead_letter_topic,
-                             max_event_bytes=settings.max_event_bytes, max_depth=settings.max_depth,
-                             ack_timeout=settings.ack_timeout)
+        self.limits = Limits(
+            control_topic=settings.control_topic,
+            shadow_topic=settings.shadow_topic,
+            dead_letter_topic=settings.dead_letter_topic,
+            max_event_bytes=settings.max_event_bytes,
+            max_depth=settings.max_depth,
+            ack_timeout=settings.ack_timeout,
+        )
         dead_topic = settings.dead_letter_topic
         self.committer = Committer(
-            table, send, flush_interval=settings.state_flush_interval, on_durable=self._count,
+            table,
+            send,
+            flush_interval=settings.state_flush_interval,
+            on_durable=self._count,
             on_dropped=lambda out, exc: metrics.publish_dropped.labels(out.topic).inc(),
             on_retry=lambda out, exc: metrics.publish_retries.labels(out.topic).inc(),
             shrink_dead_letter=lambda out: without_raw(out) if out.topic == dead_topic else None,
         )
 
-    async def process(self, messages: Iterable[Any]) -> "asyncio.Future[None]":
+    async def process(self, messages: Iterable[Any]) -> asyncio.Future[None]:
         """Apply a batch; return a future that is done once the batch is durable (then ack it)."""
         async with self.lock:
             fleet = self.fleet()
             stepper, after_step = self.hooks(fleet)
-            result = apply_batch(messages, self.committer.read, fleet, self.limits, self.metrics.tool,
-                                 sampler=self.sampler, stepper=stepper, after_step=after_step)
+            result = apply_batch(
+                messages,
+                self.committer.read,
+                fleet,
+                self.limits,
+                self.metrics.tool,
+                sampler=self.sampler,
+                stepper=stepper,
+                after_step=after_step,
+            )
             self.positions.update(result.positions)
             return await self.committer.submit(result)
 
@@ -105,8 +123,7 @@ class RunProcessor:
             if out.event_ts is not None:
                 observe(max(0.0, delivered_at - out.event_ts))
 
-    async def expire(self, owned_partitions: set[int], now: float | None = None,
-                     chunk: int = 2000) -> tuple[int, int]:
+    async def expire(self, owned_partitions: set[int], now: float | None = None, chunk: int = 2000) -> tuple[int, int]:
         """Drop idle runs and old ended-run markers; return (expired, active runs left).
 
         The sweep takes the batch lock for ``chunk`` table entries at a time, so a worker holding

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import msgspec
 
+from loopwarden.detection import RunState
+from loopwarden.detection.state import pack, unpack
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.events import state_key as event_state_key
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
-from loopwarden.detection import RunState
-from loopwarden.detection.state import pack, unpack
 
 
 class RunValue(msgspec.Struct, array_like=True):

@@ -15,7 +15,8 @@ needs live in :mod:`loopwarden.internals.faust_table`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from faust.types import TP
 

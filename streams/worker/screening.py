@@ -57,8 +57,16 @@ def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
 
 
 def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
-    return json_bytes(DeadLetter(reason=error.reason, detail=error.detail[:1000], topic=topic,
-                                      partition=partition, offset=offset, raw=raw or b""))
+    return json_bytes(
+        DeadLetter(
+            reason=error.reason,
+            detail=error.detail[:1000],
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            raw=raw or b"",
+        )
+    )
 
 
 _dead_letter_decoder = msgspec.json.Decoder(DeadLetter)

@@ -93,8 +93,10 @@ class Settings(SecuritySettings, kw_only=True):
         """Options of every RocksDB table (Faust's ``Table(options=...)``). Faust's own block cache
         default is 2 GiB per partition: reads and the expiry sweep fill it, so without this bound
         resident memory grows with every wave of runs that comes and goes."""
-        return {"write_buffer_size": self.rocksdb_write_buffer_mb << 20,
-                "block_cache_size": self.rocksdb_block_cache_mb << 20}
+        return {
+            "write_buffer_size": self.rocksdb_write_buffer_mb << 20,
+            "block_cache_size": self.rocksdb_block_cache_mb << 20,
+        }
 
     @property
     def tool_label_set(self) -> frozenset[str]:
@@ -112,21 +114,21 @@ HELP: dict[str, str] = {
     "incidents_topic": "topic of fleet incident records (loopwarden.incidents), key = incident id",
     "partitions": "partitions of topics created on start (events topic and table changelog must match)",
     "fleet_partitions": "partitions of the fleet extensions' repartition topics and tables (signals are a few "
-                        "percent of the events; every partition costs broker fetch work even when idle)",
+    "percent of the events; every partition costs broker fetch work even when idle)",
     "replicas": "replication factor of topics created on start",
     "data_dir": "directory of the RocksDB table files (one per worker)",
     "rocksdb_write_buffer_mb": "RocksDB memtable size per run-table partition, MiB (up to 3 per partition stay in "
-                               "memory before a flush: the worker's resident memory grows by that much under churn)",
+    "memory before a flush: the worker's resident memory grows by that much under churn)",
     "rocksdb_block_cache_mb": "RocksDB block cache per table partition, MiB (data blocks read back stay here; "
-                              "bounds the worker's resident memory under run churn)",
+    "bounds the worker's resident memory under run churn)",
     "store": "table store URL (rocksdb:// via rocksdict, or memory://)",
     "config": "OpenClaw-shaped config file (JSON or JSON5); defaults apply without it",
     "host": "HTTP bind address of /metrics, /healthz, /readyz",
     "port": "HTTP port of /metrics, /healthz, /readyz",
     "processing_guarantee": "at_least_once (exactly_once needs a broker with transactions; not Tansu)",
     "state_flush_interval": "seconds between writes of run states (RocksDB + changelog): a run touched by many "
-                            "batches is written once per interval; verdicts never wait for it, offsets commit "
-                            "after it (keep it below the commit interval)",
+    "batches is written once per interval; verdicts never wait for it, offsets commit "
+    "after it (keep it below the commit interval)",
     "fetch_wait_ms": "consumer fetch_max_wait_ms (Faust hard-codes 1500; lower = less latency)",
     "linger_ms": "producer linger in ms (verdicts and changelog)",
     "batch_max": "max events processed as one batch (one table write per run per batch)",
@@ -136,7 +138,7 @@ HELP: dict[str, str] = {
     "heartbeat_interval": "consumer group heartbeat interval, seconds",
     "max_event_bytes": "events larger than this many bytes are dead-lettered (reason too_large)",
     "max_message_bytes": "largest record the events topic accepts (its max.message.bytes); sizes the dead-letter "
-                         "topic and the producer so every dead letter keeps its original bytes",
+    "topic and the producer so every dead letter keeps its original bytes",
     "max_depth": "events nested deeper than this are dead-lettered (reason too_deep)",
     "run_ttl": "seconds a run may stay idle before its state is expired",
     "ended_ttl": "seconds the marker of an ended run is kept (idempotent replays)",
@@ -145,11 +147,11 @@ HELP: dict[str, str] = {
     "tool_labels": "comma-separated tool names used as metric labels; others are counted as 'other'",
     "stall_timeout": "seconds the event loop may miss its heartbeat before /healthz reports it stalled",
     "unhealthy_exit_after": "seconds unhealthy (crashed service or stalled loop) before the worker exits with "
-                            "code 70 so the orchestrator restarts it",
+    "code 70 so the orchestrator restarts it",
     "log_level": "log level (debug, info, warning, error)",
     "fast_path": "hand each fetch's events to the processor as one batch (--no-fast-path: Faust's "
-                 "per-message stream, batches of --batch-max within --batch-within; several times "
-                 "slower, the same verdicts)",
+    "per-message stream, batches of --batch-max within --batch-within; several times "
+    "slower, the same verdicts)",
     "security_protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (all Kafka clients of the worker)",
     "ssl_cafile": "CA bundle that signed the brokers' certificates (default: the system's)",
     "ssl_certfile": "client certificate for mutual TLS (with ssl_keyfile)",
@@ -158,7 +160,7 @@ HELP: dict[str, str] = {
     "sasl_username": "SASL user name",
     "sasl_password": "SASL password (prefer the environment variable to the flag)",
     "correct_end_offsets": "fix Tansu's wrong end offsets by one fetch from end-1 (a no-op on Kafka; "
-                           "false only to demonstrate the bug)",
+    "false only to demonstrate the bug)",
 }
 
 
@@ -184,15 +186,18 @@ def add_arguments(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()
         default = getattr(defaults, field.name)
         help_ = f"{HELP.get(field.name, '')} [env {env_name(field.name)}; default {default!r}]"
         if field.type is bool:
-            parser.add_argument(flag_name(field.name), dest=field.name, default=None,
-                                action=argparse.BooleanOptionalAction, help=help_)
+            parser.add_argument(
+                flag_name(field.name), dest=field.name, default=None, action=argparse.BooleanOptionalAction, help=help_
+            )
         else:
-            parser.add_argument(flag_name(field.name), dest=field.name, default=None, metavar=field.name.upper(),
-                                help=help_)
+            parser.add_argument(
+                flag_name(field.name), dest=field.name, default=None, metavar=field.name.upper(), help=help_
+            )
 
 
-def from_sources(args: argparse.Namespace | dict | None = None, environ: dict | None = None,
-                 **overrides: Any) -> Settings:
+def from_sources(
+    args: argparse.Namespace | dict | None = None, environ: dict | None = None, **overrides: Any
+) -> Settings:
     """Build settings: ``overrides`` > CLI args > environment > defaults (types converted)."""
     environ = os.environ if environ is None else environ
     given = vars(args) if isinstance(args, argparse.Namespace) else dict(args or {})

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 import sys
 import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -23,8 +24,8 @@ async def _main(agent: Callable[[Any], Awaitable[None]], tag: str, config: dict 
     import msgspec
 
     from loopwarden.devtools.broker import EmbeddedBroker
-    from loopwarden.runner import LoopClient
     from loopwarden.devtools.processes import TopicNames, WorkerProcess
+    from loopwarden.runner import LoopClient
 
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         path = Path(tmp) / "loop.json"
@@ -34,8 +35,9 @@ async def _main(agent: Callable[[Any], Awaitable[None]], tag: str, config: dict 
         worker.start()
         try:
             worker.wait_ready()
-            async with LoopClient(bootstrap=broker.bootstrap, events_topic=names.events,
-                                  control_topic=names.control) as client:
+            async with LoopClient(
+                bootstrap=broker.bootstrap, events_topic=names.events, control_topic=names.control
+            ) as client:
                 await agent(client)
                 print(json.dumps({k: v for k, v in msgspec.structs.asdict(client.stats).items() if v}))
         finally:

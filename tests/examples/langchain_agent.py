@@ -36,12 +36,16 @@ def check_job(job: str) -> str:
 async def agent(client) -> None:
     from loopwarden.runner.integrations.langchain import LoopwardenMiddleware
 
-    calls = [AIMessage(content="", tool_calls=[{"name": "check_job", "args": {"job": "42"}, "id": f"call_{i}"}])
-             for i in range(25)]
+    calls = [
+        AIMessage(content="", tool_calls=[{"name": "check_job", "args": {"job": "42"}, "id": f"call_{i}"}])
+        for i in range(25)
+    ]
     model = ScriptedChat(messages=iter([*calls, AIMessage(content="The job is stuck; giving up.")]))
     app = create_agent(model, [check_job], middleware=[LoopwardenMiddleware(client, agent_id="lc-demo")])
-    out = await app.ainvoke({"messages": [("user", "Wait for job 42")]},
-                            config={"configurable": {"thread_id": "demo-thread"}, "run_id": uuid.uuid4()})
+    out = await app.ainvoke(
+        {"messages": [("user", "Wait for job 42")]},
+        config={"configurable": {"thread_id": "demo-thread"}, "run_id": uuid.uuid4()},
+    )
     for i, m in enumerate(m for m in out["messages"] if isinstance(m, ToolMessage)):
         show(i, str(m.content))
     print("model:", out["messages"][-1].content)

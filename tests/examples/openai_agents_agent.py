@@ -28,13 +28,22 @@ def check_job(job: str) -> str:
 async def agent(client) -> None:
     from loopwarden.runner.integrations.openai_agents import guard_agent
 
-    model = ScriptedModel([*([function_call("check_job", {"job": "42"}, call_id=f"call_{i}")] for i in range(25)),
-                           [assistant_message("The job is stuck; giving up.")]])
+    model = ScriptedModel(
+        [
+            *([function_call("check_job", {"job": "42"}, call_id=f"call_{i}")] for i in range(25)),
+            [assistant_message("The job is stuck; giving up.")],
+        ]
+    )
     bot = Agent(name="oa-demo", tools=[check_job], model=model)
     lw = guard_agent(bot, client)  # every function tool of the agent is gated
-    result = await Runner.run(bot, "Wait for job 42", max_turns=40,
-                              run_config=lw.run_config(RunConfig(group_id="demo-thread", tracing_disabled=True,
-                                                                 trace_id="trace_" + "0" * 31 + "1")))
+    result = await Runner.run(
+        bot,
+        "Wait for job 42",
+        max_turns=40,
+        run_config=lw.run_config(
+            RunConfig(group_id="demo-thread", tracing_disabled=True, trace_id="trace_" + "0" * 31 + "1")
+        ),
+    )
     for i, item in enumerate(x for x in result.new_items if isinstance(x, ToolCallOutputItem)):
         show(i, str(item.output))
     print("model:", result.final_output)

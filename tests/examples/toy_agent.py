@@ -68,8 +68,10 @@ def _use_venv() -> None:
     venv_python = venv / "bin" / "python"
     if venv_python.exists() and Path(sys.prefix).resolve() != venv.resolve():  # (not already that venv)
         os.execv(str(venv_python), [str(venv_python), __file__, *sys.argv[1:]])
-    sys.exit("loopwarden's packages are not installed here: run `bash deploy/ci/venv.sh` (or either README "
-             "command) first, then `.venv/bin/python tests/examples/toy_agent.py`")
+    sys.exit(
+        "loopwarden's packages are not installed here: run `bash deploy/ci/venv.sh` (or either README "
+        "command) first, then `.venv/bin/python tests/examples/toy_agent.py`"
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ def assert_repeat_outcome(texts: list[str], tool_runs: int) -> None:
     """``texts``: what the model got as each of the 25 calls' results, in order."""
     assert tool_runs == RUNS_BEFORE_BLOCK
     assert len(texts) == REPEATS
-    assert WARN_TEXT in texts[WARNED_CALL - 1] and all(WARN_TEXT not in t for i, t in enumerate(texts)
-                                                       if i != WARNED_CALL - 1)
+    assert WARN_TEXT in texts[WARNED_CALL - 1] and all(
+        WARN_TEXT not in t for i, t in enumerate(texts) if i != WARNED_CALL - 1
+    )
     assert texts[RUNS_BEFORE_BLOCK].startswith(BLOCK_TEXT)  # call 21
     assert all(t.startswith(BLOCK_TEXT) for t in texts[RUNS_BEFORE_BLOCK:])  # a blocked call is not recorded
 

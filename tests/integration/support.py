@@ -7,17 +7,19 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import key_for
 from loopwarden.devtools import processes as devtools
 from loopwarden.devtools.processes import TopicNames
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import key_for
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
+
 
 class Names(TopicNames):
     """Per-test topic names and app id, so tests share one broker without sharing state."""
@@ -29,10 +31,16 @@ class Names(TopicNames):
 class WorkerProcess(devtools.WorkerProcess):
     """A worker of one test: its topics, data dir, logs next to the test's tmp dir."""
 
-    def __init__(self, bootstrap: str, names: Names, data_dir: Path, config: Path | None = None,
-                 extra: list[str] | None = None, log_dir: Path | None = None) -> None:
-        super().__init__(bootstrap, data_dir, names=names, config=config, extra=extra or [], log_dir=log_dir,
-                         cwd=REPO)
+    def __init__(
+        self,
+        bootstrap: str,
+        names: Names,
+        data_dir: Path,
+        config: Path | None = None,
+        extra: list[str] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        super().__init__(bootstrap, data_dir, names=names, config=config, extra=extra or [], log_dir=log_dir, cwd=REPO)
         self.bootstrap = bootstrap
 
 
@@ -54,7 +62,9 @@ def run_key(event: dict) -> str:
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))
 
 
-async def produce(bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]]) -> list[tuple[int, int]]:
+async def produce(
+    bootstrap: str, topic: str, items: Iterable[tuple[bytes | None, bytes | None]]
+) -> list[tuple[int, int]]:
     """Send (key, value) pairs in order; return each one's (partition, offset)."""
     from aiokafka import AIOKafkaProducer
 
@@ -80,8 +90,9 @@ def produce_events(bootstrap: str, topic: str, events: list[dict], ts: bool = Tr
 async def _collect(bootstrap: str, topic: str, until: Any, idle: float, timeout: float) -> list:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                enable_auto_commit=False, fetch_max_wait_ms=50)
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=50
+    )
     await consumer.start()
     records: list = []
     try:
@@ -100,14 +111,16 @@ async def _collect(bootstrap: str, topic: str, until: Any, idle: float, timeout:
         await consumer.stop()
 
 
-def collect(bootstrap: str, topic: str, until: Any = lambda records: True, idle: float = 2.0,
-            timeout: float = 60.0) -> list:
+def collect(
+    bootstrap: str, topic: str, until: Any = lambda records: True, idle: float = 2.0, timeout: float = 60.0
+) -> list:
     """Read ``topic`` from the start until ``until(records)`` holds and nothing new came for ``idle`` s."""
     return asyncio.run(_collect(bootstrap, topic, until, idle, timeout))
 
 
-def expected_verdicts(events: list[dict], positions: list[tuple[int, int]], topic: str,
-                      fleet: FleetConfig) -> dict[str, dict]:
+def expected_verdicts(
+    events: list[dict], positions: list[tuple[int, int]], topic: str, fleet: FleetConfig
+) -> dict[str, dict]:
     """verdict_id -> replay row, for every emitted detection (schemas/WIRE.md: only those are published)."""
     lines = [json.dumps(e) for e in events]
     out: dict[str, dict] = {}
@@ -130,8 +143,18 @@ def decode_verdicts(records: Iterable, type_: str = "verdict") -> list[tuple[byt
 
 
 def assert_matches(verdict: dict, row: dict) -> None:
-    for field in ("level", "detector", "count", "warning_key", "tool_name", "message", "action",
-                  "agent_id", "session_id", "run_id"):
+    for field in (
+        "level",
+        "detector",
+        "count",
+        "warning_key",
+        "tool_name",
+        "message",
+        "action",
+        "agent_id",
+        "session_id",
+        "run_id",
+    ):
         assert verdict.get(field) == row.get(field), (field, verdict, row)
     assert verdict.get("paired_tool_name") == row.get("paired_tool_name"), (verdict, row)
 
@@ -148,7 +171,7 @@ class ThrottledProducer:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "ThrottledProducer":
+    def start(self) -> ThrottledProducer:
         self.thread.start()
         return self
 
@@ -166,7 +189,7 @@ class ThrottledProducer:
         try:
             for i in range(0, len(self.events), self.chunk):
                 futures = []
-                for e in self.events[i:i + self.chunk]:
+                for e in self.events[i : i + self.chunk]:
                     e = {**e, "ts": time.time()}
                     futures.append(await producer.send(self.topic, json.dumps(e).encode(), key=run_key(e).encode()))
                 metas = await asyncio.gather(*futures)
@@ -218,8 +241,9 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-def wait_committed(bootstrap: str, group: str, topic: str, positions: list[tuple[int, int]],
-                   timeout: float = 60.0) -> None:
+def wait_committed(
+    bootstrap: str, group: str, topic: str, positions: list[tuple[int, int]], timeout: float = 60.0
+) -> None:
     """Wait until the group's committed offsets cover every produced position (the worker is idle)."""
     ends: dict[int, int] = {}
     for partition, offset in positions:

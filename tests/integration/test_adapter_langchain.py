@@ -18,8 +18,16 @@ from langgraph.prebuilt import ToolNode  # noqa: E402
 from loopwarden.runner.integrations.langchain import LoopwardenMiddleware  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
 
-from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
-                            closed_port_client, rid, worker_fixture)
+from .adapter_cases import (
+    BLOCK_TEXT,
+    GUARD_WINDOW,
+    REPEATS,
+    assert_repeat_outcome,
+    client_for,  # noqa: E402
+    closed_port_client,
+    rid,
+    worker_fixture,
+)
 
 pytestmark = pytest.mark.integration
 worker = worker_fixture("lc")
@@ -33,8 +41,7 @@ class ScriptedChat(GenericFakeChatModel):
 
 
 def script(n: int, args: dict) -> ScriptedChat:
-    calls = [AIMessage(content="", tool_calls=[{"name": "lookup", "args": args, "id": f"call_{i}"}])
-             for i in range(n)]
+    calls = [AIMessage(content="", tool_calls=[{"name": "lookup", "args": args, "id": f"call_{i}"}]) for i in range(n)]
     return ScriptedChat(messages=iter([*calls, AIMessage(content="giving up")]))
 
 
@@ -56,8 +63,11 @@ def config_for(thread: str) -> tuple[dict, str]:
 
 
 def tool_texts(messages) -> dict[str, str]:
-    return {m.tool_call_id: m.content if isinstance(m.content, str) else str(m.content)
-            for m in messages if isinstance(m, ToolMessage)}
+    return {
+        m.tool_call_id: m.content if isinstance(m.content, str) else str(m.content)
+        for m in messages
+        if isinstance(m, ToolMessage)
+    }
 
 
 async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):

@@ -15,8 +15,16 @@ from agents.testing import ScriptedModel, assistant_message, function_call  # no
 from loopwarden.runner.integrations.openai_agents import guard_agent  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
 
-from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
-                            closed_port_client, rid, worker_fixture)
+from .adapter_cases import (
+    BLOCK_TEXT,
+    GUARD_WINDOW,
+    REPEATS,
+    assert_repeat_outcome,
+    client_for,  # noqa: E402
+    closed_port_client,
+    rid,
+    worker_fixture,
+)
 
 pytestmark = pytest.mark.integration
 worker = worker_fixture("oa")
@@ -47,8 +55,9 @@ def run_config(thread: str) -> tuple[RunConfig, str]:
 
 
 def outputs(result) -> dict[str, str]:
-    return {item.raw_item["call_id"]: str(item.output) for item in result.new_items
-            if isinstance(item, ToolCallOutputItem)}
+    return {
+        item.raw_item["call_id"]: str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)
+    }
 
 
 async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):

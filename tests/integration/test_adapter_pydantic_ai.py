@@ -16,8 +16,16 @@ from pydantic_ai.models.function import FunctionModel  # noqa: E402
 
 from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
 
-from .adapter_cases import (BLOCK_TEXT, GUARD_WINDOW, REPEATS, assert_repeat_outcome, client_for,  # noqa: E402
-                            closed_port_client, rid, worker_fixture)
+from .adapter_cases import (
+    BLOCK_TEXT,
+    GUARD_WINDOW,
+    REPEATS,
+    assert_repeat_outcome,
+    client_for,  # noqa: E402
+    closed_port_client,
+    rid,
+    worker_fixture,
+)
 
 pytestmark = pytest.mark.integration
 worker = worker_fixture("pa")
@@ -51,8 +59,12 @@ def agent_for(model: FunctionModel, *capabilities) -> tuple[Agent, list]:
 
 
 def returns(messages) -> dict[str, str]:
-    return {part.tool_call_id: part.model_response_str() for m in messages for part in m.parts
-            if isinstance(part, ToolReturnPart)}
+    return {
+        part.tool_call_id: part.model_response_str()
+        for m in messages
+        for part in m.parts
+        if isinstance(part, ToolReturnPart)
+    }
 
 
 async def test_repeat_loop_is_blocked_at_call_21(tansu, worker):

@@ -8,8 +8,14 @@ import json
 
 from .support import collect, decode_verdicts, produce
 
-LOOP = {"type": "tool_call", "agent_id": "a1", "session_id": "s1", "run_id": "r1", "tool_name": "read",
-        "params": {"path": "/x"}}
+LOOP = {
+    "type": "tool_call",
+    "agent_id": "a1",
+    "session_id": "s1",
+    "run_id": "r1",
+    "tool_name": "read",
+    "params": {"path": "/x"},
+}
 
 BAD = {
     "bad_json": b'{"type": "tool_call", "agent_id": ',

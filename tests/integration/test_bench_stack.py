@@ -21,8 +21,11 @@ def test_gate_stack_topics_follow_the_worker_flags():
             await consumer.start()
             try:
                 await consumer.topics()  # fetches the cluster's metadata
-                return (set(consumer.partitions_for_topic(s.events_topic) or ()),
-                        set(consumer.partitions_for_topic(s.control_topic) or ()), idle)
+                return (
+                    set(consumer.partitions_for_topic(s.events_topic) or ()),
+                    set(consumer.partitions_for_topic(s.control_topic) or ()),
+                    idle,
+                )
             finally:
                 await consumer.stop()
 

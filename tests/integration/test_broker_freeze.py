@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.devtools.synthetic import fleet_events
+from loopwarden.schemas.config import FleetConfig
 
 from .support import Names, ThrottledProducer, WorkerProcess, check_against_replay, collect, expected_verdicts
 
@@ -47,8 +47,13 @@ def test_broker_frozen_under_load_loses_no_verdict(tmp_path):
             thawed_after = time.monotonic() - frozen_at
             positions = producer.join()
             expected = expected_verdicts(events, positions, names.events, FleetConfig.from_document(CONFIG))
-            control = collect(broker.bootstrap, names.control, timeout=180, idle=3.0,
-                              until=lambda rs: set(expected) <= {json.loads(r.value)["verdict_id"] for r in rs})
+            control = collect(
+                broker.bootstrap,
+                names.control,
+                timeout=180,
+                idle=3.0,
+                until=lambda rs: set(expected) <= {json.loads(r.value)["verdict_id"] for r in rs},
+            )
             report = check_against_replay(control, expected)
             assert worker.alive()
             print(f"frozen {thawed_after:.0f}s; {report}")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-from loopwarden.schemas.config import load_config
 from loopwarden.devtools.synthetic import fleet_events
+from loopwarden.schemas.config import load_config
 
 from .support import (
     ThrottledProducer,
@@ -23,8 +23,16 @@ from .support import (
     wait_committed,
 )
 
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 6, "criticalThreshold": 12,
-                                      "globalCircuitBreakerThreshold": 18}}}
+CONFIG = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "warningThreshold": 6,
+            "criticalThreshold": 12,
+            "globalCircuitBreakerThreshold": 18,
+        }
+    }
+}
 
 
 def _events() -> list[dict]:
@@ -33,8 +41,12 @@ def _events() -> list[dict]:
 
 
 def _wait_until_all(tansu, names, expected):
-    return collect(tansu, names.control, timeout=120,
-                   until=lambda records: set(expected) <= {json.loads(r.value).get("verdict_id") for r in records})
+    return collect(
+        tansu,
+        names.control,
+        timeout=120,
+        until=lambda records: set(expected) <= {json.loads(r.value).get("verdict_id") for r in records},
+    )
 
 
 def _changelog_not_fetched(worker, names) -> None:

@@ -14,8 +14,15 @@ from .support import REPO
 
 def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "11", "--rate", "300"],
-                          cwd=REPO, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "11", "--rate", "300"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "\x1b[" not in out  # not a terminal: no cursor movement, no colours
@@ -35,8 +42,15 @@ def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path
 
 def test_dev_demo_cleans_up_after_a_closed_terminal(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not list(tmp_path.glob("loopwarden-dev-*/worker-*.log")) and time.monotonic() < deadline:

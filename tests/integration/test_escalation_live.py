@@ -17,8 +17,8 @@ import json
 import msgspec
 import pytest
 
-from loopwarden.schemas.config import load_config
 from loopwarden.runner import LoopClient
+from loopwarden.schemas.config import load_config
 
 from .adapter_cases import rid
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts
@@ -33,8 +33,9 @@ async def _retrying_runner(bootstrap: str, names, run_id: str) -> tuple[list[str
     """Call ``lookup {"q": "same"}`` until the run is aborted: the action each check answered, and
     the abort verdict the client got."""
     actions: list[str] = []
-    async with LoopClient(bootstrap=bootstrap, events_topic=names.events, control_topic=names.control,
-                          check_timeout=20.0) as client:
+    async with LoopClient(
+        bootstrap=bootstrap, events_topic=names.events, control_topic=names.control, check_timeout=20.0
+    ) as client:
         run = client.run("escalator", session_id="s-esc", run_id=run_id)
         for n in range(MAX_CALLS):
             decision = await run.check("lookup", {"q": "same"}, tool_call_id=f"{run_id}-c{n}")
@@ -66,8 +67,7 @@ def test_second_block_escalates_to_abort_as_replay_says(tansu, names, workers, t
     assert aborted is not None and aborted["detector"] == "escalation", aborted
 
     # Replay the events exactly as the worker read them (order and offsets from the events topic).
-    records = collect(tansu, names.events, until=lambda rs: any(json.loads(r.value)["type"] == "run_end"
-                                                                  for r in rs))
+    records = collect(tansu, names.events, until=lambda rs: any(json.loads(r.value)["type"] == "run_end" for r in rs))
     records.sort(key=lambda r: (r.partition, r.offset))
     assert len({r.partition for r in records}) == 1  # one run: one partition, one order
     events = [json.loads(r.value) for r in records]
@@ -79,18 +79,22 @@ def test_second_block_escalates_to_abort_as_replay_says(tansu, names, workers, t
     def done(rs) -> bool:
         return set(expected) <= {v["verdict_id"] for _, v in decode_verdicts(rs)}
 
-    published = {v["verdict_id"]: v for _, v in decode_verdicts(collect(tansu, names.control, until=done))
-                 if v["action"] != "allow"}
+    published = {
+        v["verdict_id"]: v
+        for _, v in decode_verdicts(collect(tansu, names.control, until=done))
+        if v["action"] != "allow"
+    }
     assert set(published) == set(expected)
     for vid, row in expected.items():
         assert_matches(published[vid], row)
 
-    (abort_id, _row), = escalations.items()
+    ((abort_id, _row),) = escalations.items()
     abort = published[abort_id]
     assert abort["action"] == "abort" and abort["level"] == "critical" and abort["run_id"] == run_id
     assert abort == aborted
-    blocks = sorted((vid for vid, v in published.items() if v["action"] == "block"),
-                    key=lambda vid: int(vid.split(":")[2]))
+    blocks = sorted(
+        (vid for vid, v in published.items() if v["action"] == "block"), key=lambda vid: int(vid.split(":")[2])
+    )
     assert len(blocks) == 2
     # The abort answers the event of the second block: same record, the next verdict of it.
     assert abort_id.rsplit(":", 1)[0] == blocks[1].rsplit(":", 1)[0]

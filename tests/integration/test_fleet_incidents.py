@@ -13,12 +13,11 @@ import time
 
 from aiokafka.partitioner import murmur2
 
-from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import decode_event
 from loopwarden.detection import step
 from loopwarden.fleet.joins import run_signals
-
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import decode_event
 
 from .support import assert_matches, collect, decode_verdicts, produce_events
 
@@ -36,8 +35,14 @@ def partition_of(key: str) -> int:
 def failing_run(run: str, agent: str, error: str, calls: int = 3) -> list[dict]:
     out = []
     for i in range(calls):
-        base = {"agent_id": agent, "session_id": f"s-{run}", "run_id": run, "tool_name": "web_search",
-                "tool_call_id": f"{run}-{i}", "params": {"query": f"{run} attempt {i}"}}
+        base = {
+            "agent_id": agent,
+            "session_id": f"s-{run}",
+            "run_id": run,
+            "tool_name": "web_search",
+            "tool_call_id": f"{run}-{i}",
+            "params": {"query": f"{run} attempt {i}"},
+        }
         out += [{"type": "tool_call", **base}, {"type": "tool_result", **base, "error": error}]
     return out
 
@@ -69,14 +74,18 @@ def settled(first, second, timeout: float = 90.0) -> tuple[set[int], set[int]]:
 
 def pick(runs_on: set[int], signature_on: set[int], n_runs: int) -> tuple[list[str], str]:
     runs = [f"run-{i}" for i in range(200) if partition_of(f"run-{i}") in runs_on][:n_runs]
-    error = next(f"503 search backend unreachable (edge {k})" for k in range(200)
-                 if partition_of(signature_of(f"503 search backend unreachable (edge {k})")) in signature_on)
+    error = next(
+        f"503 search backend unreachable (edge {k})"
+        for k in range(200)
+        if partition_of(signature_of(f"503 search backend unreachable (edge {k})")) in signature_on
+    )
     return runs, error
 
 
 def incident_records(tansu: str, topic: str, until, timeout: float = 60.0) -> list[dict]:
-    records = collect(tansu, topic, until=lambda rs: until([json.loads(r.value) for r in rs]), idle=2.0,
-                      timeout=timeout)
+    records = collect(
+        tansu, topic, until=lambda rs: until([json.loads(r.value) for r in rs]), idle=2.0, timeout=timeout
+    )
     return [json.loads(r.value) for r in records]
 
 
@@ -87,8 +96,10 @@ def opened(records: list[dict]) -> set[str]:
 def test_incident_opens_once_on_the_worker_owning_the_signature(tansu, names, workers, tmp_path):
     config = tmp_path / "fleet.json"
     config.write_text(json.dumps(DOC))
-    first, second = (workers(names, "one", config=config, extra=FLEET_PARTITIONS),
-                     workers(names, "two", config=config, extra=FLEET_PARTITIONS))
+    first, second = (
+        workers(names, "one", config=config, extra=FLEET_PARTITIONS),
+        workers(names, "two", config=config, extra=FLEET_PARTITIONS),
+    )
     a, b = settled(first, second)
     runs, error = pick(a, b, 6)
     events = [e for i, run in enumerate(runs) for e in failing_run(run, f"agent-{i % 3}", error)]
@@ -111,20 +122,25 @@ def test_incident_opens_once_on_the_worker_owning_the_signature(tansu, names, wo
 def test_sigkill_during_an_open_incident_opens_no_duplicate(tansu, names, workers, tmp_path):
     config = tmp_path / "fleet.json"
     config.write_text(json.dumps(DOC))
-    first, second = (workers(names, "one", config=config, extra=FLEET_PARTITIONS),
-                     workers(names, "two", config=config, extra=FLEET_PARTITIONS))
+    first, second = (
+        workers(names, "one", config=config, extra=FLEET_PARTITIONS),
+        workers(names, "two", config=config, extra=FLEET_PARTITIONS),
+    )
     a, b = settled(first, second)
     runs, error = pick(a, b, 8)
     agents = [f"agent-{i % 3}" for i in range(len(runs))]
-    produce_events(tansu, names.events, [e for run, agent in zip(runs[:5], agents) for e in failing_run(run, agent, error)])
+    produce_events(
+        tansu, names.events, [e for run, agent in zip(runs[:5], agents) for e in failing_run(run, agent, error)]
+    )
     incident_records(tansu, names.incidents, lambda rs: len(opened(rs)) == 1)
 
     # SIGKILL the worker holding the incident right after it opened (its offsets may not be committed),
     # and lose its disk too: the survivor takes the partition over from the changelog.
     second.kill()
     second.wipe()
-    produce_events(tansu, names.events, [e for run, agent in zip(runs[5:], agents[5:])
-                                         for e in failing_run(run, agent, error)])
+    produce_events(
+        tansu, names.events, [e for run, agent in zip(runs[5:], agents[5:]) for e in failing_run(run, agent, error)]
+    )
     records = incident_records(tansu, names.incidents, lambda rs: any(r["run_count"] == 8 for r in rs), timeout=90)
     assert len(opened(records)) == 1, records
     assert len({r["incident_id"] for r in records}) == 1
@@ -144,19 +160,32 @@ def test_cross_run_repeat_warns_across_partitions(tansu, names, workers, tmp_pat
     assert len({partition_of(r) for r in runs}) > 1  # the session's runs sit on several partitions
     events = []
     for run in runs:
-        base = {"agent_id": "hb", "session_id": session, "run_id": run, "tool_name": "read",
-                "tool_call_id": f"{run}-0", "params": {"path": "HEARTBEAT.md"}}
-        events += [{"type": "tool_call", **base}, {"type": "tool_result", **base, "result": "nothing to do"},
-                   {"type": "run_end", "agent_id": "hb", "session_id": session, "run_id": run}]
+        base = {
+            "agent_id": "hb",
+            "session_id": session,
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"{run}-0",
+            "params": {"path": "HEARTBEAT.md"},
+        }
+        events += [
+            {"type": "tool_call", **base},
+            {"type": "tool_result", **base, "result": "nothing to do"},
+            {"type": "run_end", "agent_id": "hb", "session_id": session, "run_id": run},
+        ]
     produce_events(tansu, names.events, events)
     records = collect(tansu, names.control, until=lambda rs: len(rs) >= 2, timeout=60)
-    warned = sorted((json.loads(r.value)["run_id"], r.key.decode()) for r in records
-                    if json.loads(r.value).get("detector") == "cross_run_repeat")
+    warned = sorted(
+        (json.loads(r.value)["run_id"], r.key.decode())
+        for r in records
+        if json.loads(r.value).get("detector") == "cross_run_repeat"
+    )
     assert warned == [("beat-2", "beat-2"), ("beat-3", "beat-3")]
 
 
-BLOCK_DOC = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3, "minRuns": 5,
-                                          "minAgents": 2}}}
+BLOCK_DOC = {
+    "loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3, "minRuns": 5, "minAgents": 2}}
+}
 
 
 def stamped(events: list[dict]) -> list[dict]:
@@ -190,20 +219,35 @@ def test_fleet_response_blocks_a_new_run_as_replay_predicts(tansu, names, worker
     call = stamped(new_run[6:7])  # the fourth call
     positions += produce_events(tansu, names.events, call, ts=False)
 
-    verdicts = [v for _k, v in decode_verdicts(collect(tansu, names.control, until=lambda rs: any(
-        json.loads(r.value).get("detector") == "fleet_incident" for r in rs), timeout=60))]
+    verdicts = [
+        v
+        for _k, v in decode_verdicts(
+            collect(
+                tansu,
+                names.control,
+                until=lambda rs: any(json.loads(r.value).get("detector") == "fleet_incident" for r in rs),
+                timeout=60,
+            )
+        )
+    ]
     blocks = [v for v in verdicts if v.get("detector") == "fleet_incident"]
     assert len(blocks) == 1, verdicts
     block = blocks[0]
     assert block["action"] == "block" and block["run_id"] == "run-new" and incident in block["message"], block
 
     trace = first + head + call
-    rows = [r for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC),
-                                    incidents=True) if isinstance(r, dict) and "type" not in r and r["emitted"]]
+    rows = [
+        r
+        for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC), incidents=True)
+        if isinstance(r, dict) and "type" not in r and r["emitted"]
+    ]
     assert [r["detector"] for r in rows] == ["fleet_incident"], rows
     assert_matches(block, rows[0])
     partition, offset = positions[rows[0]["event_index"]]
     assert block["verdict_id"] == f"{names.events}:{partition}:{offset}:0"
-    replayed = [r for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC),
-                                        incidents=True) if isinstance(r, dict) and r.get("type") == "incident"]
+    replayed = [
+        r
+        for r in replay_lines([json.dumps(e) for e in trace], FleetConfig.from_document(BLOCK_DOC), incidents=True)
+        if isinstance(r, dict) and r.get("type") == "incident"
+    ]
     assert [r["incident_id"] for r in replayed if r["state"] == "open"] == [incident]

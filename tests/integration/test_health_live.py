@@ -38,8 +38,14 @@ class CrashingWorker(WorkerProcess):
 
 @pytest.mark.parametrize("service", ["fetcher", "consumer", "producer"])
 def test_crashed_service_gives_503_then_a_nonzero_exit(tansu, tmp_path, service):
-    worker = CrashingWorker(service, tansu, tmp_path / "data", names=Names(f"crash{service}"), log_dir=tmp_path,
-                            extra=["--unhealthy-exit-after", "6"]).start()
+    worker = CrashingWorker(
+        service,
+        tansu,
+        tmp_path / "data",
+        names=Names(f"crash{service}"),
+        log_dir=tmp_path,
+        extra=["--unhealthy-exit-after", "6"],
+    ).start()
     try:
         worker.wait_ready()
         deadline = time.monotonic() + 30

@@ -8,16 +8,29 @@ from .support import produce_events
 
 
 def _calls(run: str, n: int, **extra) -> list[dict]:
-    return [{"type": "tool_call", "agent_id": "a1", "run_id": run, "tool_name": "read",
-             "params": {"path": f"/{run}"}, **extra} for _ in range(n)]
+    return [
+        {
+            "type": "tool_call",
+            "agent_id": "a1",
+            "run_id": run,
+            "tool_name": "read",
+            "params": {"path": f"/{run}"},
+            **extra,
+        }
+        for _ in range(n)
+    ]
 
 
 def test_run_end_ttl_expiry_and_duplicates(tansu, names, workers):
     worker = workers(names, extra=["--run-ttl", "2", "--ended-ttl", "2", "--expire-interval", "1"])
     worker.wait_ready()
 
-    events = _calls("run-a", 3) + _calls("run-b", 3) + _calls("run-c", 2) + [
-        {"type": "run_end", "agent_id": "a1", "run_id": "run-c"}]
+    events = (
+        _calls("run-a", 3)
+        + _calls("run-b", 3)
+        + _calls("run-c", 2)
+        + [{"type": "run_end", "agent_id": "a1", "run_id": "run-c"}]
+    )
     events += _calls("run-d", 1, event_id="e-1") + _calls("run-d", 1, event_id="e-1")  # a redelivery
     produce_events(tansu, names.events, events)
     worker.wait_metric("loopwarden_events_total", len(events))

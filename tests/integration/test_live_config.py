@@ -12,8 +12,13 @@ def _calls(run: str, agent: str, n: int) -> list[dict]:
     """``n`` identical calls with identical results; the last call awaits a decision (a marker)."""
     events = []
     for i in range(n):
-        base = {"agent_id": agent, "run_id": run, "tool_name": "read", "tool_call_id": f"{run}-{i}",
-                "params": {"path": "/same"}}
+        base = {
+            "agent_id": agent,
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"{run}-{i}",
+            "params": {"path": "/same"},
+        }
         events.append({"type": "tool_call", **base, "await_decision": i == n - 1})
         if i < n - 1:
             events.append({"type": "tool_result", **base, "result": "same"})

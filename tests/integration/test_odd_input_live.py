@@ -5,30 +5,33 @@ from __future__ import annotations
 import asyncio
 import json
 
+from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import load_config
 from loopwarden.schemas.events import decode_event, run_key
-from loopwarden.replay import replay_lines
 
 from .support import assert_matches, collect, decode_verdicts, produce
 
 HUGE = "1" + "0" * 320
 # Case 2 (-1e400) and case 7 (a 400-digit threshold) in the worker's own config file;
 # case 5: the entry without an id is the agent `main` (low thresholds: blocks at count 3).
-CONFIG = ('{"tools":{"loopDetection":{"enabled":true}},"agents":{"list":['
-          '{"tools":{"loopDetection":{"warningThreshold":2,"criticalThreshold":3,"unknownToolThreshold":-1e400}}},'
-          '{"id":"big","tools":{"loopDetection":{"warningThreshold":1' + "0" * 400 + "}}}]}}")
+CONFIG = (
+    '{"tools":{"loopDetection":{"enabled":true}},"agents":{"list":['
+    '{"tools":{"loopDetection":{"warningThreshold":2,"criticalThreshold":3,"unknownToolThreshold":-1e400}}},'
+    '{"id":"big","tools":{"loopDetection":{"warningThreshold":1' + "0" * 400 + "}}}]}}"
+)
 
 
 def _call(run: str, tool: str, params: str, cid: str | None = None, agent: str = "main") -> str:
     extra = f',"tool_call_id":"{cid}"' if cid else ""
-    return (f'{{"type":"tool_call","agent_id":"{agent}","run_id":"{run}","tool_name":{tool},'
-            f'"params":{params}{extra}}}')
+    return f'{{"type":"tool_call","agent_id":"{agent}","run_id":"{run}","tool_name":{tool},"params":{params}{extra}}}'
 
 
 def _result(run: str, tool: str, params: str, result: str, cid: str | None = None, agent: str = "main") -> str:
     extra = f',"tool_call_id":"{cid}"' if cid else ""
-    return (f'{{"type":"tool_result","agent_id":"{agent}","run_id":"{run}","tool_name":{tool},'
-            f'"params":{params},"result":{result}{extra}}}')
+    return (
+        f'{{"type":"tool_result","agent_id":"{agent}","run_id":"{run}","tool_name":{tool},'
+        f'"params":{params},"result":{result}{extra}}}'
+    )
 
 
 def trace() -> list[str]:
@@ -44,13 +47,17 @@ def trace() -> list[str]:
     lines.append("\u2028")  # 10: blank only to JavaScript: not an event, not counted
     for i in range(4):  # 6: "po\ud800ll" is not the known poll `poll`
         p = '{"action":"po\\ud800ll"}'
-        lines += [_call("r6", '"process"', p, f"d{i}"),
-                  _result("r6", '"process"', p, '{"details":{"status":"running"}}', f"d{i}")]
+        lines += [
+            _call("r6", '"process"', p, f"d{i}"),
+            _result("r6", '"process"', p, '{"details":{"status":"running"}}', f"d{i}"),
+        ]
     lines.append("\u00a0\ufeff")
     for i in range(22):  # 7: a 400-digit warningThreshold is Infinity: defaults 10/20 apply
-        lines += [_call("r7", '"read"', "{}", f"e{i}", agent="big"),
-                  _result("r7", '"read"', "{}", '"same"', f"e{i}", agent="big")]
-    for i in range(3):  # 8: a blocked call without an id, its id-less result is the veto
+        lines += [
+            _call("r7", '"read"', "{}", f"e{i}", agent="big"),
+            _result("r7", '"read"', "{}", '"same"', f"e{i}", agent="big"),
+        ]
+    for _ in range(3):  # 8: a blocked call without an id, its id-less result is the veto
         lines += [_call("r8", '"read"', "{}"), _result("r8", '"read"', "{}", '"same"')]
     lines += [_call("r8", '"read"', "{}"), _result("r8", '"read"', "{}", '"same"'), _call("r8", '"read"', "{}")]
     for i in range(3):  # 9: 70 blocked calls before their results: every result is a veto

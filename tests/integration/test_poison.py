@@ -29,8 +29,15 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 def run_events(run: str, n: int) -> list[dict]:
     out = []
     for i in range(n):
-        call = {"type": "tool_call", "agent_id": f"agent-{run}", "session_id": f"s-{run}", "run_id": run,
-                "tool_name": "read", "tool_call_id": f"{run}-{i}", "params": {"path": "/same"}}
+        call = {
+            "type": "tool_call",
+            "agent_id": f"agent-{run}",
+            "session_id": f"s-{run}",
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"{run}-{i}",
+            "params": {"path": "/same"},
+        }
         out.append(call)
         out.append({**call, "type": "tool_result", "result": {"content": [{"type": "text", "text": "same"}]}})
     return out
@@ -95,8 +102,9 @@ def test_poison_records_between_real_runs(tansu, names, workers, tmp_path):
 
     positions = asyncio.run(produce_all())
     n_bad = len(items) - len(good_events)
-    expected = expected_verdicts(good_events, [positions[i] for i in good_index], names.events,
-                                 FleetConfig.from_document(CONFIG))
+    expected = expected_verdicts(
+        good_events, [positions[i] for i in good_index], names.events, FleetConfig.from_document(CONFIG)
+    )
 
     letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= n_bad, timeout=120)
     assert worker.alive(), "the worker died on a poison record"

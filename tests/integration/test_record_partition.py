@@ -17,9 +17,17 @@ from loopwarden.worker.settings import from_sources
 
 def test_a_keyed_record_lands_where_aiokafka_itself_would_put_it(tansu, names):
     keys = [f"agent-{i}|run-{i % 7}".encode() for i in range(40)]
-    settings = from_sources({"broker": f"kafka://{tansu}", "partitions": 5,
-                             "control_topic": names.control, "events_topic": names.events,
-                             "shadow_topic": names.shadow, "dead_letter_topic": names.dead_letter}, environ={})
+    settings = from_sources(
+        {
+            "broker": f"kafka://{tansu}",
+            "partitions": 5,
+            "control_topic": names.control,
+            "events_topic": names.events,
+            "shadow_topic": names.shadow,
+            "dead_letter_topic": names.dead_letter,
+        },
+        environ={},
+    )
 
     async def go() -> None:
         await ensure_topics(settings)

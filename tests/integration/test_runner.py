@@ -16,9 +16,9 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from loopwarden.schemas.verdicts import Verdict
 from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.runner import LoopClient, blocked_tool_result, is_blocked_result
+from loopwarden.schemas.verdicts import Verdict
 
 from .support import Names, WorkerProcess, ready_worker
 
@@ -130,15 +130,22 @@ async def test_repeated_verdict_ids_are_dropped(tansu, worker):
         run = client.run("agent-d", run_id=rid("dup"))
         got: list[Verdict] = []
         run.on_verdict(got.append)
-        verdict = Verdict(verdict_id=f"{worker.names.events}:0:7:0", action="warn", agent_id="agent-d",
-                          run_id=run.key, level="warning", detector="generic_repeat", count=10,
-                          message="WARNING: test", tool_name="read")
+        verdict = Verdict(
+            verdict_id=f"{worker.names.events}:0:7:0",
+            action="warn",
+            agent_id="agent-d",
+            run_id=run.key,
+            level="warning",
+            detector="generic_repeat",
+            count=10,
+            message="WARNING: test",
+            tool_name="read",
+        )
         producer = AIOKafkaProducer(bootstrap_servers=tansu)
         await producer.start()
         try:
             for _ in range(3):
-                await producer.send_and_wait(worker.names.control, msgspec.json.encode(verdict),
-                                             key=run.key.encode())
+                await producer.send_and_wait(worker.names.control, msgspec.json.encode(verdict), key=run.key.encode())
             other = msgspec.structs.replace(verdict, verdict_id=f"{worker.names.events}:0:8:0")
             await producer.send_and_wait(worker.names.control, msgspec.json.encode(other), key=run.key.encode())
         finally:
@@ -177,10 +184,22 @@ async def test_fails_open_when_the_broker_stops(tmp_path):
     broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
     try:
         names = Names("failopen")
-        await ensure_topics(Settings(broker=broker.url, events_topic=names.events, control_topic=names.control,
-                                     config_topic=names.config, dead_letter_topic=names.dead_letter))
-        client = LoopClient(bootstrap=broker.bootstrap, events_topic=names.events, control_topic=names.control,
-                            request_timeout_ms=1500, close_timeout=1.0)
+        await ensure_topics(
+            Settings(
+                broker=broker.url,
+                events_topic=names.events,
+                control_topic=names.control,
+                config_topic=names.config,
+                dead_letter_topic=names.dead_letter,
+            )
+        )
+        client = LoopClient(
+            bootstrap=broker.bootstrap,
+            events_topic=names.events,
+            control_topic=names.control,
+            request_timeout_ms=1500,
+            close_timeout=1.0,
+        )
         await client.start()
         assert client.listening
         run = client.run("agent-f", run_id=rid("open"))

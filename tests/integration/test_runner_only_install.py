@@ -32,8 +32,12 @@ def test_core_install_has_the_runner_client_and_no_worker_dependencies(tmp_path)
     venv = tmp_path / "runner-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
-                   check=True, cwd=tmp_path, timeout=600)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
+        check=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
     out = subprocess.run([str(py), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path)
     import json
 
@@ -45,8 +49,13 @@ def test_core_install_has_the_runner_client_and_no_worker_dependencies(tmp_path)
     config = tmp_path / "c.json"
     config.write_text('{"tools":{"loopDetection":{"enabled":true}}}')
     lw = venv / "bin" / "loopwarden"
-    replay = subprocess.run([str(lw), "replay", str(trace), "--config", str(config)], capture_output=True,
-                            text=True, cwd=tmp_path, check=True)
+    replay = subprocess.run(
+        [str(lw), "replay", str(trace), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
     rows = [json.loads(line) for line in replay.stdout.splitlines()]
     assert [(r["detector"], r["count"]) for r in rows] == [("generic_repeat", 10), ("generic_repeat", 11)]
     check = subprocess.run([str(lw), "config", "check", str(config)], capture_output=True, text=True, cwd=tmp_path)

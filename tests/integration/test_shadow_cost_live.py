@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig, load_config
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
 
@@ -42,8 +42,9 @@ def test_shadow_topic_gets_replays_detections_and_the_control_topic_only_allows(
     config = _write(tmp_path, {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"shadow": True}})
     worker = workers(names, config=config)
     worker.wait_ready()
-    events = _gate_every(list(fleet_events(agents=10, runs_per_agent=3, run_length=30, loop_share=0.7, seed=6,
-                                           usage=True)), 3)
+    events = _gate_every(
+        list(fleet_events(agents=10, runs_per_agent=3, run_length=30, loop_share=0.7, seed=6, usage=True)), 3
+    )
     positions = produce_events(tansu, names.events, events)
     fleet = load_config(config)
     expected = expected_verdicts(events, positions, names.events, fleet)
@@ -69,7 +70,9 @@ def test_shadow_topic_gets_replays_detections_and_the_control_topic_only_allows(
     assert not set(v["verdict_id"] for v in control) & set(by_id)
 
     m = worker.metrics()
-    shadow_verdicts = sum(v for k, v in m.items() if k.startswith("loopwarden_verdicts_total{") and 'mode="shadow"' in k)
+    shadow_verdicts = sum(
+        v for k, v in m.items() if k.startswith("loopwarden_verdicts_total{") and 'mode="shadow"' in k
+    )
     assert shadow_verdicts == len(expected)
     assert m['loopwarden_verdicts_total{action="allow",detector="none",mode="enforce"}'] == len(gated)
     assert m["loopwarden_verdicts_total"] == len(expected) + len(gated)
@@ -80,10 +83,17 @@ def _stuck_calls(run: str, agent: str, first: int, n: int) -> list[dict]:
     """Gated identical calls ``first``..``first+n-1`` of one run, each answered with the same result."""
     events = []
     for i in range(first, first + n):
-        base = {"agent_id": agent, "run_id": run, "tool_name": "read", "tool_call_id": f"{run}-{i}",
-                "params": {"path": "/same"}}
-        events += [{"type": "tool_call", **base, "await_decision": True},
-                   {"type": "tool_result", **base, "result": "same"}]
+        base = {
+            "agent_id": agent,
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"{run}-{i}",
+            "params": {"path": "/same"},
+        }
+        events += [
+            {"type": "tool_call", **base, "await_decision": True},
+            {"type": "tool_result", **base, "result": "same"},
+        ]
     return events
 
 
@@ -123,16 +133,30 @@ def _priced_fixture() -> list[dict]:
     events = []
     for r in range(3):
         for i in range(9):
-            base = {"agent_id": f"ag{r}", "run_id": f"loop{r}", "tool_name": "read", "tool_call_id": f"loop{r}-{i}",
-                    "params": {"path": f"/stuck/{r}"}}
+            base = {
+                "agent_id": f"ag{r}",
+                "run_id": f"loop{r}",
+                "tool_name": "read",
+                "tool_call_id": f"loop{r}-{i}",
+                "params": {"path": f"/stuck/{r}"},
+            }
             usage = {"input_tokens": 1000 * (r + 1) + i, "output_tokens": 7 * i, "cost": 0.001 * (i + 1)}
-            events += [{"type": "tool_call", **base, "usage": usage},
-                       {"type": "tool_result", **base, "result": VETO if i >= 5 else "same"}]
+            events += [
+                {"type": "tool_call", **base, "usage": usage},
+                {"type": "tool_result", **base, "result": VETO if i >= 5 else "same"},
+            ]
     for i in range(9):
-        base = {"agent_id": "ag9", "run_id": "healthy", "tool_name": "read", "tool_call_id": f"h-{i}",
-                "params": {"path": f"/f{i}"}}
-        events += [{"type": "tool_call", **base, "usage": {"input_tokens": 500, "output_tokens": 5, "cost": 0.01}},
-                   {"type": "tool_result", **base, "result": f"text {i}"}]
+        base = {
+            "agent_id": "ag9",
+            "run_id": "healthy",
+            "tool_name": "read",
+            "tool_call_id": f"h-{i}",
+            "params": {"path": f"/f{i}"},
+        }
+        events += [
+            {"type": "tool_call", **base, "usage": {"input_tokens": 500, "output_tokens": 5, "cost": 0.01}},
+            {"type": "tool_result", **base, "result": f"text {i}"},
+        ]
     return events
 
 
@@ -145,8 +169,13 @@ def test_loop_tokens_total_on_the_worker_is_exactly_replays(tansu, names, worker
 
     stuck = [e["usage"] for e in events if e["type"] == "tool_call" and e["run_id"] != "healthy"]
     by_hand = sum(u["input_tokens"] + u["output_tokens"] for u in stuck)
-    rows = [r for r in replay_lines([json.dumps(e) for e in events], FleetConfig.from_document(
-        {"tools": {"loopDetection": DETECTION}})) if isinstance(r, dict)]
+    rows = [
+        r
+        for r in replay_lines(
+            [json.dumps(e) for e in events], FleetConfig.from_document({"tools": {"loopDetection": DETECTION}})
+        )
+        if isinstance(r, dict)
+    ]
     last_per_run = {r["run_id"]: r for r in rows}  # a loop's loop_tokens is its total so far
     assert set(last_per_run) == {"loop0", "loop1", "loop2"}
     replayed = sum(r["loop_tokens"] for r in last_per_run.values())

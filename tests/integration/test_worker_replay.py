@@ -6,14 +6,16 @@ import json
 
 import pytest
 
-from loopwarden.schemas.config import load_config
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import load_config
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 
-CONFIG = {"tools": {"loopDetection": {"enabled": True}},
-          "agents": {"list": [{"id": "agent-0003", "tools": {"loopDetection": {"warningThreshold": 4}}}]}}
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "agents": {"list": [{"id": "agent-0003", "tools": {"loopDetection": {"warningThreshold": 4}}}]},
+}
 
 
 def _with_gating(events: list[dict]) -> list[dict]:
@@ -77,11 +79,15 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path, path):
     # some go on after their abort; the worker reports each as replay does, naming the verdict disobeyed.
     records = collect(tansu, names.control, timeout=30)
     violations = [v for _, v in decode_verdicts(records, "verdict_violation")]
-    replayed = [r for r in replay_lines([json.dumps(e) for e in events], load_config(config), enforcement_rows=True)
-                if isinstance(r, dict) and r.get("type") == "verdict_violation"]
+    replayed = [
+        r
+        for r in replay_lines([json.dumps(e) for e in events], load_config(config), enforcement_rows=True)
+        if isinstance(r, dict) and r.get("type") == "verdict_violation"
+    ]
     assert violations and len(violations) == len(replayed)
     assert sorted((v["tool_call_id"], v["kind"]) for v in violations) == sorted(
-        (r["tool_call_id"], r["kind"]) for r in replayed)
+        (r["tool_call_id"], r["kind"]) for r in replayed
+    )
     disobeyed = {"ran_after_block": "block", "call_after_abort": "abort"}
     assert all(by_id[v["verdict_id"]]["action"] == disobeyed[v["kind"]] for v in violations)
 
@@ -92,7 +98,8 @@ def test_control_topic_equals_replay(tansu, names, workers, tmp_path, path):
     assert m["loopwarden_ready"] == 1
     for kind in disobeyed:
         assert m.get(f'loopwarden_verdict_violations_total{{kind="{kind}"}}', 0) == sum(
-            v["kind"] == kind for v in violations)
+            v["kind"] == kind for v in violations
+        )
     assert m["loopwarden_assigned_partitions"] == 4
 
 
@@ -102,8 +109,9 @@ def test_faust_stream_path_does_not_wait_for_state_flushes(tansu, names, workers
     its verdict at once (the stream used to wait for each batch's flush before taking the next)."""
     config = tmp_path / "loop.json5"
     config.write_text(json.dumps(CONFIG))
-    worker = workers(names, config=config,
-                     extra=["--no-fast-path", "--batch-max", "20", "--state-flush-interval", "120"])
+    worker = workers(
+        names, config=config, extra=["--no-fast-path", "--batch-max", "20", "--state-flush-interval", "120"]
+    )
     worker.wait_ready()
     events = _with_gating(list(fleet_events(agents=4, runs_per_agent=2, run_length=20, loop_share=0.5, seed=3)))
     positions = produce_events(tansu, names.events, events)

@@ -53,7 +53,8 @@ def metrics_in(expr: str) -> set[str]:
 def test_checked_in_json_matches_generator(dashboard_module):
     assert CHECKED_IN.is_file(), f"missing {CHECKED_IN}; run: {REGEN}"
     assert CHECKED_IN.read_text(encoding="utf-8") == dashboard_module.render(), (
-        f"deploy/grafana/loopwarden.json is stale; regenerate with: {REGEN}")
+        f"deploy/grafana/loopwarden.json is stale; regenerate with: {REGEN}"
+    )
 
 
 def test_script_prints_and_writes_the_same_json(tmp_path, dashboard_module):
@@ -83,7 +84,8 @@ def test_every_query_uses_only_metrics_the_worker_exports(dashboard_module, dash
         unknown = used - worker_metric_names - {"up"}
         assert not unknown, f"{title}/{ref} uses metrics the worker does not export: {unknown}"
         assert 'job="$job"' in expr and 'instance=~"$instance"' in expr, (
-            f"{title}/{ref} ignores the job/instance variables: {expr}")
+            f"{title}/{ref} ignores the job/instance variables: {expr}"
+        )
 
 
 def test_panels_are_well_formed(dashboard_module, dashboard_doc):
@@ -112,8 +114,10 @@ def test_render_expr_substitutes_every_variable(dashboard_module, dashboard_doc)
 
 def test_every_query_parses_as_promql(tmp_path, promtool, dashboard_module, dashboard_doc):
     """promtool parses each (variable-substituted) query as the expr of a recording rule."""
-    rules = [{"record": f"dashboard:query_{i}", "expr": dashboard_module.render_expr(expr)}
-             for i, (_t, _r, expr, _inst) in enumerate(dashboard_module.iter_queries(dashboard_doc))]
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": dashboard_module.render_expr(expr)}
+        for i, (_t, _r, expr, _inst) in enumerate(dashboard_module.iter_queries(dashboard_doc))
+    ]
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     res = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
@@ -124,7 +128,19 @@ def test_every_query_parses_as_promql(tmp_path, promtool, dashboard_module, dash
 def test_promql_check_rejects_a_broken_query(tmp_path, promtool):
     """The parse check above can fail: a malformed query is refused."""
     path = tmp_path / "bad.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": [
-        {"record": "dashboard:bad", "expr": "sum by (type (rate(loopwarden_events_total[1m]))"}]}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "d",
+                        "rules": [
+                            {"record": "dashboard:bad", "expr": "sum by (type (rate(loopwarden_events_total[1m]))"}
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     res = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert res.returncode != 0

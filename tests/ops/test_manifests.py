@@ -64,7 +64,7 @@ def test_core_manifests_validate_against_kubernetes_schemas(version):
     import kubernetes_validate
 
     checked = []
-    for name, doc in k8s_docs():
+    for _name, doc in k8s_docs():
         if doc["kind"] in CRD_KINDS:
             continue
         kubernetes_validate.validate(doc, version, strict=True)  # raises ValidationError
@@ -132,8 +132,13 @@ def test_statefulset_probes_resources_and_security():
 def test_worker_env_names_are_real_settings():
     env = container_env(worker_container())
     lw = {k for k in env if k.startswith("LOOPWARDEN_")}
-    assert {"LOOPWARDEN_BROKER", "LOOPWARDEN_EVENTS_TOPIC", "LOOPWARDEN_CONTROL_TOPIC",
-            "LOOPWARDEN_CONFIG_TOPIC", "LOOPWARDEN_DEAD_LETTER_TOPIC"} <= lw
+    assert {
+        "LOOPWARDEN_BROKER",
+        "LOOPWARDEN_EVENTS_TOPIC",
+        "LOOPWARDEN_CONTROL_TOPIC",
+        "LOOPWARDEN_CONFIG_TOPIC",
+        "LOOPWARDEN_DEAD_LETTER_TOPIC",
+    } <= lw
     assert lw - setting_env_names() == set(), f"unknown settings: {lw - setting_env_names()}"
     from loopwarden.worker.settings import from_sources
 
@@ -260,8 +265,9 @@ def test_compose_prometheus_and_grafana_provisioning():
     assert prom_cfg["rule_files"] == ["rules.yml"]
     job = next(j for j in prom_cfg["scrape_configs"] if j["job_name"] == "loopwarden")
     targets = {t for sc in job["static_configs"] for t in sc["targets"]}
-    expected = {f"{services[w]['hostname']}:{services[w]['environment']['LOOPWARDEN_PORT']}"
-                for w in ("worker-1", "worker-2")}
+    expected = {
+        f"{services[w]['hostname']}:{services[w]['environment']['LOOPWARDEN_PORT']}" for w in ("worker-1", "worker-2")
+    }
     assert targets == expected
 
     graf = services["grafana"]
@@ -296,7 +302,9 @@ def test_dockerfile_is_slim_non_root_with_a_data_volume():
     ins = dockerfile_instructions()
     args = dict(re.match(r"(\w+)=(\S+)", rest).groups() for op, rest in ins if op == "ARG" and "=" in rest)
     bases = [rest.split()[0] for op, rest in ins if op == "FROM"]
-    assert bases and all(re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", args.get(b.strip("${}"), b)) for b in bases), bases
+    assert bases and all(re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", args.get(b.strip("${}"), b)) for b in bases), (
+        bases
+    )
     users = [rest for op, rest in ins if op == "USER"]
     assert users and users[-1].split(":")[0] not in {"root", "0"}
     assert ins[-1] == ("CMD", '["worker"]') and ("ENTRYPOINT", '["loopwarden"]') in ins

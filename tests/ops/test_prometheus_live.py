@@ -62,14 +62,20 @@ SIGNALS = {
     "LoopwardenCompactionAborts": 'sum(increase(loopwarden_guard_aborts_total{job="loopwarden"}[15m]))',
     "LoopwardenDeadLetterSpike": 'sum(rate(loopwarden_dead_letters_total{job="loopwarden"}[5m]))',
     "LoopwardenLatencySLOBreach": (
-        'sum by (le) (rate(loopwarden_event_to_verdict_seconds_bucket{job="loopwarden"}[5m]))'),
+        'sum by (le) (rate(loopwarden_event_to_verdict_seconds_bucket{job="loopwarden"}[5m]))'
+    ),
     "LoopwardenConsumerLagGrowing": 'loopwarden_consumer_lag{job="loopwarden"}',
     "LoopwardenFleetIncident": 'sum(loopwarden_open_incidents{job="loopwarden"})',
     "LoopwardenUnackedBlocks": (
-        'sum(increase(loopwarden_verdicts_unacked_total{job="loopwarden", action="block"}[15m]))'),
+        'sum(increase(loopwarden_verdicts_unacked_total{job="loopwarden", action="block"}[15m]))'
+    ),
 }
-EXPECT_QUIET = {"LoopwardenWorkerDown", "LoopwardenWorkersAbsent", "LoopwardenWorkerNotReady",
-                "LoopwardenConsumerLagGrowing"}
+EXPECT_QUIET = {
+    "LoopwardenWorkerDown",
+    "LoopwardenWorkersAbsent",
+    "LoopwardenWorkerNotReady",
+    "LoopwardenConsumerLagGrowing",
+}
 EXPECT_FIRING = {"LoopwardenDeadLetterSpike"}
 
 # Load: `loopwarden simulate` (a synthetic fleet, most runs looping, every 5th call gated)
@@ -132,21 +138,31 @@ class Prometheus:
         config = {
             "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
             "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "loopwarden", "metrics_path": "/metrics",
-                                "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [
+                {"job_name": "loopwarden", "metrics_path": "/metrics", "static_configs": [{"targets": targets}]}
+            ],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = open(workdir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     def wait_ready(self) -> None:
         def ready() -> bool:
             assert self.proc.poll() is None, f"prometheus exited with {self.proc.returncode}"
             with urllib.request.urlopen(f"{self.base}/-/ready", timeout=2) as r:
                 return r.status == 200
+
         _wait("prometheus /-/ready", ready, timeout=30)
 
     def api(self, path: str, **params: str) -> Any:
@@ -203,8 +219,7 @@ def _garbage(i: int) -> bytes:
     return kinds[i % len(kinds)]
 
 
-async def _paced_garbage(bootstrap: str, topic: str, seconds: int, per_second: int,
-                         stop: threading.Event) -> int:
+async def _paced_garbage(bootstrap: str, topic: str, seconds: int, per_second: int, stop: threading.Event) -> int:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
@@ -234,8 +249,9 @@ class Garbage(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.sent = asyncio.run(_paced_garbage(self.bootstrap, self.topic, LOAD_SECONDS,
-                                                   GARBAGE_PER_SECOND, self.stop_event))
+            self.sent = asyncio.run(
+                _paced_garbage(self.bootstrap, self.topic, LOAD_SECONDS, GARBAGE_PER_SECOND, self.stop_event)
+            )
         except BaseException as exc:  # reported by the test
             self.error = exc
 
@@ -243,12 +259,41 @@ class Garbage(threading.Thread):
 def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, dict[str, int]]:
     """``loopwarden simulate`` for SIM_COUNT events at SIM_RATE/s; returns the events and the
     verdict_acks (by outcome) it sent."""
-    cmd = [sys.executable, "-m", "loopwarden.cli", "simulate", "--broker", f"kafka://{bootstrap}", "--topic", topic,
-           "--ack-share", str(ACK_SHARE), "--ack-failed", str(ACK_FAILED), "--control-topic", control,
-           "--agents", "12", "--loop-share", "0.7", "--gate-every", "5", "--seed", "11",
-           "--outage", "6", "--heartbeat", "2",  # fleet incidents and cross_run_repeat (the config enables them)
-           "--usage",  # tool calls carry tokens and cost: the loop-cost panels get data
-           "--rate", str(SIM_RATE), "--count", str(SIM_COUNT), "--duration", str(LOAD_SECONDS + 60)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loopwarden.cli",
+        "simulate",
+        "--broker",
+        f"kafka://{bootstrap}",
+        "--topic",
+        topic,
+        "--ack-share",
+        str(ACK_SHARE),
+        "--ack-failed",
+        str(ACK_FAILED),
+        "--control-topic",
+        control,
+        "--agents",
+        "12",
+        "--loop-share",
+        "0.7",
+        "--gate-every",
+        "5",
+        "--seed",
+        "11",
+        "--outage",
+        "6",
+        "--heartbeat",
+        "2",  # fleet incidents and cross_run_repeat (the config enables them)
+        "--usage",  # tool calls carry tokens and cost: the loop-cost panels get data
+        "--rate",
+        str(SIM_RATE),
+        "--count",
+        str(SIM_COUNT),
+        "--duration",
+        str(LOAD_SECONDS + 60),
+    ]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=LOAD_SECONDS + 90)
     log.write_text(res.stdout + res.stderr)
     assert res.returncode == 0, f"loopwarden simulate failed ({res.returncode}): {res.stderr[-2000:]}"
@@ -275,8 +320,6 @@ def _with_fleet(config: Path, tmp: Path) -> Path:
     return path
 
 
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus_bin):
     """Broker + worker + Prometheus, then the paced load; yields when the load is scraped."""
@@ -288,13 +331,18 @@ def stack(tmp_path_factory, prometheus_bin):
     worker = prom = garbage = None
     try:
         names = helpers.Names("promlive")
-        worker = helpers.WorkerProcess(broker.bootstrap, names, tmp / "data-w0", config=_with_fleet(CONFIG, tmp),
-                                       extra=["--ack-timeout", str(ACK_TIMEOUT)], log_dir=tmp).start()
+        worker = helpers.WorkerProcess(
+            broker.bootstrap,
+            names,
+            tmp / "data-w0",
+            config=_with_fleet(CONFIG, tmp),
+            extra=["--ack-timeout", str(ACK_TIMEOUT)],
+            log_dir=tmp,
+        ).start()
         worker.wait_ready(timeout=90)
         prom = Prometheus(prometheus_bin, tmp, [f"127.0.0.1:{worker.port}"])
         prom.wait_ready()
-        _wait("the first scrape of the worker",
-              lambda: scalar(prom, 'sum(up{job="loopwarden"})') == 1.0, timeout=30)
+        _wait("the first scrape of the worker", lambda: scalar(prom, 'sum(up{job="loopwarden"})') == 1.0, timeout=30)
 
         garbage = Garbage(broker.bootstrap, names.events)
         garbage.start()
@@ -307,12 +355,16 @@ def stack(tmp_path_factory, prometheus_bin):
         assert acks.get("applied") and acks.get("failed"), sent
 
         # Wait until Prometheus has scraped the worker after it processed everything.
-        _wait("all events and acks counted in Prometheus",
-              lambda: scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})') >= _all_events(sent),
-              timeout=60)
-        _wait("all garbage dead-lettered in Prometheus",
-              lambda: scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') >= sent["garbage"],
-              timeout=30)
+        _wait(
+            "all events and acks counted in Prometheus",
+            lambda: scalar(prom, 'sum(loopwarden_events_total{job="loopwarden"})') >= _all_events(sent),
+            timeout=60,
+        )
+        _wait(
+            "all garbage dead-lettered in Prometheus",
+            lambda: scalar(prom, 'sum(loopwarden_dead_letters_total{job="loopwarden"})') >= sent["garbage"],
+            timeout=30,
+        )
         yield {"prom": prom, "worker": worker, "sent": sent, "tmp": tmp}
     finally:
         if garbage is not None:
@@ -392,8 +444,9 @@ def test_prometheus_evaluates_every_rule_healthily(stack):
 
     active = _wait("LoopwardenDeadLetterSpike pending", spike, timeout=30)
     assert active[0]["state"] in {"pending", "firing"}
-    assert not [a for a in prom.api("alerts")["data"]["alerts"]
-                if a["labels"]["alertname"] in EXPECT_QUIET], "an alert that should be quiet is active"
+    assert not [a for a in prom.api("alerts")["data"]["alerts"] if a["labels"]["alertname"] in EXPECT_QUIET], (
+        "an alert that should be quiet is active"
+    )
 
 
 def test_worker_metrics_match_what_prometheus_scraped(stack):
@@ -405,8 +458,10 @@ def test_worker_metrics_match_what_prometheus_scraped(stack):
     assert scraped == local["loopwarden_events_total"] == _all_events(stack["sent"])
     acks = stack["sent"]["acks"]
     for outcome in ("applied", "failed"):
-        assert scalar(prom, f'sum(loopwarden_verdict_acks_total{{job="loopwarden", outcome="{outcome}"}})') \
+        assert (
+            scalar(prom, f'sum(loopwarden_verdict_acks_total{{job="loopwarden", outcome="{outcome}"}})')
             == acks[outcome]
+        )
     assert scalar(prom, 'sum(loopwarden_verdict_ack_seconds_count{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdicts_unacked_total{job="loopwarden"})') > 0
     assert scalar(prom, 'sum(loopwarden_verdict_violations_total{job="loopwarden"})') > 0

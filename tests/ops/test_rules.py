@@ -97,9 +97,13 @@ def test_latency_slo_threshold_is_a_histogram_bucket_boundary():
 
     slo = next(a for a in alerts() if a["alert"] == "LoopwardenLatencySLOBreach")
     assert slo["expr"].rstrip().endswith("> 0.05")
-    bounds = {float(s.labels["le"]) for fam in Metrics().registry.collect()
-              if fam.name == "loopwarden_event_to_verdict_seconds"
-              for s in fam.samples if s.name.endswith("_bucket")}
+    bounds = {
+        float(s.labels["le"])
+        for fam in Metrics().registry.collect()
+        if fam.name == "loopwarden_event_to_verdict_seconds"
+        for s in fam.samples
+        if s.name.endswith("_bucket")
+    }
     assert 0.05 in bounds, sorted(bounds)
 
 

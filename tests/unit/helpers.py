@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 
+from loopwarden.detection import step
 from loopwarden.schemas.config import resolve_block
 from loopwarden.schemas.events import decode_event
 from loopwarden.schemas.jsvalues import js_float
-from loopwarden.detection import step
 
 MISSING = object()
 
@@ -62,8 +62,11 @@ def event(type_: str, **fields: Any):
 
 # --- message templates, verbatim from streams/detection/RULES.md §8.1 and §10.4 ---
 
+
 def msg_unknown(name: str, n: int) -> str:
-    return f"CRITICAL: attempted unavailable tool {name} {n} times. Stop retrying that missing tool and answer without it."
+    return (
+        f"CRITICAL: attempted unavailable tool {name} {n} times. Stop retrying that missing tool and answer without it."
+    )
 
 
 def msg_global(tool: str, n: int) -> str:
@@ -112,8 +115,14 @@ def cfg(block: dict | None):
 class Run:
     """Drives one run's state through ``step()`` with events decoded from JSON."""
 
-    def __init__(self, block: dict | None = ON, *, run_id: str | None = "run-1", agent_id: str = "agent-1",
-                 session_id: str | None = None):
+    def __init__(
+        self,
+        block: dict | None = ON,
+        *,
+        run_id: str | None = "run-1",
+        agent_id: str = "agent-1",
+        session_id: str | None = None,
+    ):
         self.config = cfg(block)
         self.state = None
         self.run_id = run_id
@@ -152,8 +161,17 @@ class Run:
         self.last_id = call_id
         return self.feed(event("tool_call", **fields), block)
 
-    def result(self, tool: str | None, params: Any = MISSING, *, result: Any = MISSING, error: Any = MISSING,
-               id: Any = None, block: Any = MISSING, **extra):
+    def result(
+        self,
+        tool: str | None,
+        params: Any = MISSING,
+        *,
+        result: Any = MISSING,
+        error: Any = MISSING,
+        id: Any = None,
+        block: Any = MISSING,
+        **extra,
+    ):
         fields = self._base()
         if tool is not None:
             fields["tool_name"] = tool
@@ -168,8 +186,7 @@ class Run:
         fields.update(extra)
         return self.feed(event("tool_result", **fields), block)
 
-    def pair(self, tool: str, params: Any = None, *, result: Any = MISSING, error: Any = MISSING,
-             block: Any = MISSING):
+    def pair(self, tool: str, params: Any = None, *, result: Any = MISSING, error: Any = MISSING, block: Any = MISSING):
         """A call and its result (same id); returns the call's detections plus the result's."""
         params = {} if params is None else params
         call_id = self.new_id()

@@ -24,23 +24,42 @@ from loopwarden.worker.runcodec import decode_value
 from loopwarden.worker.screening import without_raw
 from tests.unit.helpers import Rec
 
-ENABLED = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2,
-                                                                  "criticalThreshold": 3}}})
+ENABLED = FleetConfig.from_document(
+    {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}}}
+)
 LIMITS = Limits(control_topic="ctl", dead_letter_topic="dlq")
 FAST = PublishPolicy(backoff_initial=0.001, backoff_max=0.01, permanent_attempts=3)
 
 
 def call(i: int, run: str = "r1", gated: bool = False) -> bytes:
-    return json.dumps({"type": "tool_call", "agent_id": "a", "run_id": run, "tool_name": "read",
-                       "tool_call_id": f"c{i}", "params": {"p": 1}, "await_decision": gated}).encode()
+    return json.dumps(
+        {
+            "type": "tool_call",
+            "agent_id": "a",
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"c{i}",
+            "params": {"p": 1},
+            "await_decision": gated,
+        }
+    ).encode()
 
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 
 
 def result(i: int, run: str = "r1", veto: bool = False) -> bytes:
-    return json.dumps({"type": "tool_result", "agent_id": "a", "run_id": run, "tool_name": "read",
-                       "tool_call_id": f"c{i}", "params": {"p": 1}, "result": VETO if veto else "same"}).encode()
+    return json.dumps(
+        {
+            "type": "tool_result",
+            "agent_id": "a",
+            "run_id": run,
+            "tool_name": "read",
+            "tool_call_id": f"c{i}",
+            "params": {"p": 1},
+            "result": VETO if veto else "same",
+        }
+    ).encode()
 
 
 def loop_records(n_pairs: int, start_offset: int = 0, run: str = "r1") -> list[Rec]:
@@ -113,6 +132,7 @@ def committer(table: MemTable, send: FakeSend, **kw) -> Committer:
 
 # -- apply_batch: pure ---------------------------------------------------------------------------
 
+
 def test_apply_batch_verdicts_dead_letters_and_one_write_per_run():
     records = loop_records(4) + [Rec("ev", 0, 8, b"x", b"{not json"), Rec("ev", 1, 0, b"r2", call(0, "r2"))]
     res = apply_batch(records, lambda p, k: None, ENABLED, LIMITS)
@@ -131,7 +151,7 @@ def test_apply_batch_verdicts_dead_letters_and_one_write_per_run():
 
 def test_offset_guard_skips_what_the_stored_value_already_applied():
     first = apply_batch(loop_records(2), lambda p, k: None, ENABLED, LIMITS)
-    (slot, value), = first.writes.items()
+    ((slot, value),) = first.writes.items()
     assert value.offset == 3
     replay = apply_batch(loop_records(3), lambda p, k: value if (p, k) == slot else None, ENABLED, LIMITS)
     assert replay.counts.duplicates == 4  # offsets 0..3 were applied before
@@ -156,6 +176,7 @@ def test_gated_call_gets_allow_and_engine_error_is_dead_lettered(monkeypatch):
 
 
 # -- Committer: the order of effects --------------------------------------------------------------
+
 
 async def test_deliveries_before_state_and_state_before_ack():
     table = MemTable()
@@ -205,17 +226,20 @@ async def test_inflight_bound_waits_for_the_oldest_batch():
     table = MemTable()
     send = FakeSend(table.log, auto=False)
     c = committer(table, send, max_inflight=2)
-    futures = [await c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r", gated=True))], c.read, ENABLED,
-                                          LIMITS)) for i in range(2)]
-    third = asyncio.ensure_future(c.submit(apply_batch([Rec("ev", 0, 2, b"r", call(2, "r", gated=True))],
-                                                       c.read, ENABLED, LIMITS)))
+    futures = [
+        await c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r", gated=True))], c.read, ENABLED, LIMITS))
+        for i in range(2)
+    ]
+    third = asyncio.ensure_future(
+        c.submit(apply_batch([Rec("ev", 0, 2, b"r", call(2, "r", gated=True))], c.read, ENABLED, LIMITS))
+    )
     await asyncio.sleep(0.02)
     assert not third.done()  # three in flight > 2: submit blocks until the oldest is durable
     send.deliver_all()
     await asyncio.gather(*futures)
     await asyncio.wait_for(third, 1)
     send.deliver_all()
-    await (third.result())
+    await third.result()
 
 
 async def test_transient_publish_failure_is_retried_and_the_batch_waits():
@@ -257,6 +281,7 @@ async def test_dead_letter_too_large_is_resent_without_its_raw_bytes():
 
 
 # -- Committer: state flushes that span batches ---------------------------------------------------
+
 
 async def test_a_flush_writes_each_run_once_for_all_batches_that_touched_it():
     table = MemTable()
@@ -311,8 +336,11 @@ async def test_batches_waiting_for_a_flush_do_not_count_against_the_inflight_bou
     c = committer(table, send, max_inflight=1, flush_interval=0.5)
     futures = []
     for i in range(4):  # delivered at once: each only waits for the flush, so submit never blocks
-        futures.append(await asyncio.wait_for(
-            c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r"))], c.read, ENABLED, LIMITS)), 0.3))
+        futures.append(
+            await asyncio.wait_for(
+                c.submit(apply_batch([Rec("ev", 0, i, b"r", call(i, "r"))], c.read, ENABLED, LIMITS)), 0.3
+            )
+        )
     assert not any(f.done() for f in futures)
     await asyncio.wait_for(asyncio.gather(*futures), 2)
     assert table.log.count("write:1") == 1
@@ -336,8 +364,15 @@ async def test_batches_not_yet_flushed_are_bounded_by_their_records():
     table = MemTable()
     send = FakeSend(table.log)
     c = committer(table, send, flush_interval=0.3, max_unflushed=5)
-    batch = lambda i: apply_batch([Rec("ev", 0, 2 * i, b"r", call(i, "r")),
-                                   Rec("ev", 0, 2 * i + 1, b"r", result(i, "r"))], c.read, ENABLED, LIMITS)
+
+    def batch(i):
+        return apply_batch(
+            [Rec("ev", 0, 2 * i, b"r", call(i, "r")), Rec("ev", 0, 2 * i + 1, b"r", result(i, "r"))],
+            c.read,
+            ENABLED,
+            LIMITS,
+        )
+
     first = [await asyncio.wait_for(c.submit(batch(i)), 0.2) for i in range(2)]  # 4 records: room left
     third = asyncio.ensure_future(c.submit(batch(2)))  # 6 > 5: waits for the oldest to be durable
     await asyncio.sleep(0.1)

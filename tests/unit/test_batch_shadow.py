@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.batch import Limits, apply_batch
 from tests.unit.helpers import Rec
 
@@ -69,7 +69,8 @@ def test_shadow_detections_go_to_the_shadow_topic_only_and_match_replay():
     assert expected and all(r["shadow"] for r in expected)
     got = topics["shd"]
     assert [(v["detector"], v["action"], v["count"]) for v in got] == [
-        (r["detector"], r["action"], r["count"]) for r in expected]
+        (r["detector"], r["action"], r["count"]) for r in expected
+    ]
     assert all(v["shadow"] is True for v in got)
     # verdict ids name the triggering event as on the control topic: <topic>:<partition>:<offset>:<n>
     assert [v["verdict_id"] for v in got] == [f"ev:0:{r['event_index']}:0" for r in expected]
@@ -136,8 +137,8 @@ def test_no_usage_no_loop_tokens_and_no_fields():
 
 def test_synthetic_usage_changes_nothing_but_the_usage_field():
     """``fleet_events(usage=True)``: every call carries valid usage; the seed gives the same events otherwise."""
-    from loopwarden.schemas.events import ToolCall, decode_event
     from loopwarden.devtools.synthetic import fleet_events
+    from loopwarden.schemas.events import ToolCall, decode_event
 
     plain = list(fleet_events(agents=6, seed=5))
     priced = list(fleet_events(agents=6, seed=5, usage=True))
@@ -154,10 +155,13 @@ def test_a_call_to_a_blocked_signature_is_charged_even_when_nothing_fires_on_it(
     events: list[dict] = []
 
     def pair(i: int, path: str, result) -> None:
-        base = {"agent_id": "a", "run_id": "r1", "tool_name": "read", "tool_call_id": f"c{i}",
-                "params": {"path": path}}
-        events.extend([{"type": "tool_call", **base, "usage": {"input_tokens": 100, "output_tokens": i}},
-                       {"type": "tool_result", **base, "result": result}])
+        base = {"agent_id": "a", "run_id": "r1", "tool_name": "read", "tool_call_id": f"c{i}", "params": {"path": path}}
+        events.extend(
+            [
+                {"type": "tool_call", **base, "usage": {"input_tokens": 100, "output_tokens": i}},
+                {"type": "tool_result", **base, "result": result},
+            ]
+        )
 
     for i in range(6):  # the 6th identical call is blocked (vetoed)
         pair(i, "/same", veto if i == 5 else "same")

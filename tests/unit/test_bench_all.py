@@ -5,15 +5,36 @@ from loopwarden.bench.all import ratios, text
 
 def _report(drain: float, engine: float, p99_fixed: float, p99_fraction: float, gate_p99: float) -> dict:
     return {
-        "engine": {"events": 1000, "events_per_second": engine, "us_per_event": 1e6 / engine,
-                   "cpu_seconds_best": 1000 / engine, "floor_events_per_second": 2 * engine,
-                   "engine_vs_floor": 0.5},
-        "worker": {"worker_events_per_s": drain, "raw_consume_per_s": 10 * drain, "ratio_to_raw": 0.1,
-                   "worker_cpu_us_per_event": 4e6 / engine,
-                   "latency": [{"rate": 2000.0, "of_drain": 2000 / drain, "p99_ms": p99_fixed},
-                               {"rate": drain / 4, "of_drain": 0.25, "p99_ms": p99_fraction}]},
-        "gate": {"decisions_per_s": 500.0, "target_per_s": 500.0, "p50_ms": 1, "p95_ms": 2, "p99_ms": gate_p99,
-                 "max_ms": 3, "to_worker_p99_ms": 1, "to_runner_p99_ms": 1, "fail_open": 0, "cpu": {}},
+        "engine": {
+            "events": 1000,
+            "events_per_second": engine,
+            "us_per_event": 1e6 / engine,
+            "cpu_seconds_best": 1000 / engine,
+            "floor_events_per_second": 2 * engine,
+            "engine_vs_floor": 0.5,
+        },
+        "worker": {
+            "worker_events_per_s": drain,
+            "raw_consume_per_s": 10 * drain,
+            "ratio_to_raw": 0.1,
+            "worker_cpu_us_per_event": 4e6 / engine,
+            "latency": [
+                {"rate": 2000.0, "of_drain": 2000 / drain, "p99_ms": p99_fixed},
+                {"rate": drain / 4, "of_drain": 0.25, "p99_ms": p99_fraction},
+            ],
+        },
+        "gate": {
+            "decisions_per_s": 500.0,
+            "target_per_s": 500.0,
+            "p50_ms": 1,
+            "p95_ms": 2,
+            "p99_ms": gate_p99,
+            "max_ms": 3,
+            "to_worker_p99_ms": 1,
+            "to_runner_p99_ms": 1,
+            "fail_open": 0,
+            "cpu": {},
+        },
         "seconds": 1.0,
     }
 

@@ -3,8 +3,8 @@
 import argparse
 import json
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.bench.worker import BENCH_CONFIG, FLEET_BENCH_CONFIG, add_arguments, configs, versus
+from loopwarden.schemas.config import FleetConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -26,7 +26,9 @@ def test_fleet_compares_the_default_with_the_extensions_on(tmp_path):
     ext = FleetConfig.from_document(got[1][1]).extensions("any-agent")
     assert ext.incidents.enabled and ext.incidents.block and ext.cross_run.enabled
     # the detection settings are the default run's: only the extensions differ
-    assert FleetConfig.from_document(FLEET_BENCH_CONFIG).resolve("a") == FleetConfig.from_document(BENCH_CONFIG).resolve("a")
+    assert FleetConfig.from_document(FLEET_BENCH_CONFIG).resolve("a") == FleetConfig.from_document(
+        BENCH_CONFIG
+    ).resolve("a")
 
 
 def test_worker_flags_after_the_double_dash_stay_apart():

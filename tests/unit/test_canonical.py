@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from loopwarden.schemas.events import decode_event
 from loopwarden.detection.canonical import UNDEFINED, canonical, canonical_slow, digest, js_number, js_string
 from loopwarden.detection.hashing import args_hash
+from loopwarden.schemas.events import decode_event
 from tests.unit.helpers import js_loads, sha
 
 LONG_EXAMPLE_JSON = (
@@ -99,7 +99,7 @@ def test_rule_2_1_null_and_undefined_token_key_kept():
         ("héllo wörld ✓ 日本", '"héllo wörld ✓ 日本"'),
         ("emoji 😀 👍🏽", '"emoji 😀 👍🏽"'),
         ("/path/to", '"/path/to"'),  # no escaping of /
-        ("<script>&'", "\"<script>&'\""),
+        ("<script>&'", '"<script>&\'"'),
         ("a\ud800b", '"ab"'),  # unpaired high surrogate removed
         ("\udc00", '""'),  # unpaired low surrogate removed
         ("x\ude00\ud83dy", '"xy"'),  # reversed pair is two unpaired surrogates
@@ -178,11 +178,25 @@ def test_rule_2_3_js_number_table(value, expected):
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("50.0", "50"), ("-0", "0"), ("-0.0", "0"), ("1e-7", "1e-7"), ("1E-7", "1e-7"), ("1e21", "1e+21"),
-        ("1e20", "100000000000000000000"), ("0.000001", "0.000001"), ("1.5e300", "1.5e+300"), ("123.456", "123.456"),
-        ("0.1", "0.1"), ("9007199254740993", "9007199254740992"), ("5e-324", "5e-324"),
-        ("1.7976931348623157e308", "1.7976931348623157e+308"), ("12345678901234567890", "12345678901234567000"),
-        ("100e-2", "1"), ("1.0e2", "100"), ("0.5e1", "5"), ("18446744073709551616", "18446744073709552000"),
+        ("50.0", "50"),
+        ("-0", "0"),
+        ("-0.0", "0"),
+        ("1e-7", "1e-7"),
+        ("1E-7", "1e-7"),
+        ("1e21", "1e+21"),
+        ("1e20", "100000000000000000000"),
+        ("0.000001", "0.000001"),
+        ("1.5e300", "1.5e+300"),
+        ("123.456", "123.456"),
+        ("0.1", "0.1"),
+        ("9007199254740993", "9007199254740992"),
+        ("5e-324", "5e-324"),
+        ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ("12345678901234567890", "12345678901234567000"),
+        ("100e-2", "1"),
+        ("1.0e2", "100"),
+        ("0.5e1", "5"),
+        ("18446744073709551616", "18446744073709552000"),
     ],
 )
 def test_rule_2_3_numbers_decoded_from_json_text(text, expected):
@@ -226,7 +240,10 @@ def test_rule_2_5_arrays_in_order_no_whitespace():
 
 
 def test_rule_2_6_keys_sorted_ascii():
-    assert both({"b": 1, "a": 2, "B": 3, "aa": 4, "10": 5, "9": 6, "": 7}) == '{"":7,"10":5,"9":6,"B":3,"a":2,"aa":4,"b":1}'
+    assert (
+        both({"b": 1, "a": 2, "B": 3, "aa": 4, "10": 5, "9": 6, "": 7})
+        == '{"":7,"10":5,"9":6,"B":3,"a":2,"aa":4,"b":1}'
+    )
 
 
 def test_rule_2_6_keys_sorted_by_utf16_code_units_not_code_points():
@@ -236,7 +253,9 @@ def test_rule_2_6_keys_sorted_by_utf16_code_units_not_code_points():
 
 
 def test_rule_2_6_utf16_order_for_decoded_keys():
-    p = params_of('{"type":"tool_call","agent_id":"a","tool_name":"t","params":{"\\ufffd":1,"\\ud83d\\ude00":2,"\\uff41":3}}')
+    p = params_of(
+        '{"type":"tool_call","agent_id":"a","tool_name":"t","params":{"\\ufffd":1,"\\ud83d\\ude00":2,"\\uff41":3}}'
+    )
     assert canonical(p) == '{"😀":2,"ａ":3,"\ufffd":1}'
 
 
@@ -343,7 +362,10 @@ json_values = st.recursive(
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(json_text, json_scalars | st.lists(json_scalars, max_size=3), min_size=1, max_size=8), st.randoms(use_true_random=False))
+@given(
+    st.dictionaries(json_text, json_scalars | st.lists(json_scalars, max_size=3), min_size=1, max_size=8),
+    st.randoms(use_true_random=False),
+)
 def test_property_key_order_irrelevant(value, rnd: random.Random):
     items = list(value.items())
     rnd.shuffle(items)

@@ -105,8 +105,12 @@ def test_rule_1_2_explicit_null_replaces_global_value_and_default_applies():
 def test_rule_1_2_missing_agent_key_keeps_global_value_through_fleet():
     doc = {
         "tools": {"loopDetection": {"enabled": True, "historySize": 50, "detectors": {"pingPong": False}}},
-        "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"enabled": False}}},
-                            {"id": "b", "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}}]},
+        "agents": {
+            "list": [
+                {"id": "a", "tools": {"loopDetection": {"enabled": False}}},
+                {"id": "b", "tools": {"loopDetection": {"detectors": {"genericRepeat": False}}}},
+            ]
+        },
     }
     fleet = FleetConfig.from_document(doc)
     a = fleet.resolve("a")
@@ -116,10 +120,12 @@ def test_rule_1_2_missing_agent_key_keeps_global_value_through_fleet():
 
 
 def test_rule_1_2_explicit_null_enabled_in_agent_block_disables_detection():
-    fleet = FleetConfig.from_document({
-        "tools": {"loopDetection": {"enabled": True}},
-        "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"enabled": None}}}]},
-    })
+    fleet = FleetConfig.from_document(
+        {
+            "tools": {"loopDetection": {"enabled": True}},
+            "agents": {"list": [{"id": "a", "tools": {"loopDetection": {"enabled": None}}}]},
+        }
+    )
     r = fleet.resolve("a")
     assert r.enabled is False
     assert r.record_calls is True and r.guard_enabled is True  # null is not exactly false
@@ -179,8 +185,13 @@ def test_rule_1_4_integral_float_from_json_is_accepted(key, text, expected):
 
 def test_rule_1_4_defaults():
     r = resolve_block({"enabled": True})
-    assert (r.history_size, r.warning_threshold, r.critical_threshold, r.unknown_tool_threshold,
-            r.global_circuit_breaker_threshold) == (30, 10, 20, 10, 30)
+    assert (
+        r.history_size,
+        r.warning_threshold,
+        r.critical_threshold,
+        r.unknown_tool_threshold,
+        r.global_circuit_breaker_threshold,
+    ) == (30, 10, 20, 10, 30)
 
 
 # ---------------------------------------------------------------- §1.5 clamping
@@ -203,7 +214,11 @@ def test_rule_1_4_defaults():
 )
 def test_rule_1_5_clamping(block, warning, critical, global_):
     r = resolve_block({"enabled": True, **block})
-    assert (r.warning_threshold, r.critical_threshold, r.global_circuit_breaker_threshold) == (warning, critical, global_)
+    assert (r.warning_threshold, r.critical_threshold, r.global_circuit_breaker_threshold) == (
+        warning,
+        critical,
+        global_,
+    )
 
 
 def test_rule_1_5_history_size_and_unknown_threshold_never_clamped():
@@ -215,7 +230,9 @@ def test_rule_1_5_history_size_and_unknown_threshold_never_clamped():
 # ---------------------------------------------------------------- §1.6 detectors
 
 
-@pytest.mark.parametrize("detectors", [None, {}, {"genericRepeat": None, "knownPollNoProgress": None, "pingPong": None}, "off", 5])
+@pytest.mark.parametrize(
+    "detectors", [None, {}, {"genericRepeat": None, "knownPollNoProgress": None, "pingPong": None}, "off", 5]
+)
 def test_rule_1_6_detector_switches_default_true(detectors):
     block = {"enabled": True}
     if detectors is not None:
@@ -224,7 +241,10 @@ def test_rule_1_6_detector_switches_default_true(detectors):
     assert (r.generic_repeat, r.known_poll_no_progress, r.ping_pong) == (True, True, True)
 
 
-@pytest.mark.parametrize("name, attr", [("genericRepeat", "generic_repeat"), ("knownPollNoProgress", "known_poll_no_progress"), ("pingPong", "ping_pong")])
+@pytest.mark.parametrize(
+    "name, attr",
+    [("genericRepeat", "generic_repeat"), ("knownPollNoProgress", "known_poll_no_progress"), ("pingPong", "ping_pong")],
+)
 def test_rule_1_6_each_switch_can_be_turned_off(name, attr):
     r = resolve_block({"enabled": True, "detectors": {name: False}})
     assert getattr(r, attr) is False
@@ -237,8 +257,18 @@ def test_rule_1_6_each_switch_can_be_turned_off(name, attr):
 
 @pytest.mark.parametrize(
     "guard, expected",
-    [(None, 3), ({}, 3), ({"windowSize": 5}, 5), ({"windowSize": 1}, 1), ({"windowSize": 0}, 3), ({"windowSize": -2}, 3),
-     ({"windowSize": 2.5}, 3), ({"windowSize": "4"}, 3), ({"windowSize": None}, 3), ({"windowSize": True}, 3)],
+    [
+        (None, 3),
+        ({}, 3),
+        ({"windowSize": 5}, 5),
+        ({"windowSize": 1}, 1),
+        ({"windowSize": 0}, 3),
+        ({"windowSize": -2}, 3),
+        ({"windowSize": 2.5}, 3),
+        ({"windowSize": "4"}, 3),
+        ({"windowSize": None}, 3),
+        ({"windowSize": True}, 3),
+    ],
 )
 def test_rule_1_7_window_size(guard, expected):
     block = {"enabled": True}
@@ -277,7 +307,12 @@ def test_config_file_json5_comments_trailing_commas_unquoted_keys(tmp_path):
     )
     fleet = load_config(path)
     g = fleet.resolve("anyone")
-    assert (g.enabled, g.warning_threshold, g.critical_threshold, g.global_circuit_breaker_threshold) == (True, 3, 4, 30)
+    assert (g.enabled, g.warning_threshold, g.critical_threshold, g.global_circuit_breaker_threshold) == (
+        True,
+        3,
+        4,
+        30,
+    )
     assert g.ping_pong is False and g.generic_repeat is True
     r = fleet.resolve(" reviewer ")
     assert (r.history_size, r.guard_window, r.warning_threshold, r.ping_pong) == (8, 2, 3, False)
@@ -312,11 +347,25 @@ def test_config_file_unreadable_or_invalid_raises(tmp_path):
 
 
 def test_rule_12_1_non_default_knobs_are_honoured():
-    r = resolve_block({"enabled": True, "historySize": 50, "warningThreshold": 4, "criticalThreshold": 9,
-                       "unknownToolThreshold": 2, "globalCircuitBreakerThreshold": 12,
-                       "detectors": {"genericRepeat": False}})
-    assert (r.history_size, r.warning_threshold, r.critical_threshold, r.unknown_tool_threshold,
-            r.global_circuit_breaker_threshold, r.generic_repeat) == (50, 4, 9, 2, 12, False)
+    r = resolve_block(
+        {
+            "enabled": True,
+            "historySize": 50,
+            "warningThreshold": 4,
+            "criticalThreshold": 9,
+            "unknownToolThreshold": 2,
+            "globalCircuitBreakerThreshold": 12,
+            "detectors": {"genericRepeat": False},
+        }
+    )
+    assert (
+        r.history_size,
+        r.warning_threshold,
+        r.critical_threshold,
+        r.unknown_tool_threshold,
+        r.global_circuit_breaker_threshold,
+        r.generic_repeat,
+    ) == (50, 4, 9, 2, 12, False)
 
 
 def test_rule_12_9_agent_guard_object_merges_not_replaces():
@@ -327,8 +376,10 @@ def test_rule_12_9_agent_guard_object_merges_not_replaces():
     assert FleetConfig.from_document(doc).resolve("a").guard_window == 6
 
 
-@pytest.mark.parametrize("literal, expected", [("Infinity", 10), ("-Infinity", 10), ("NaN", 10), ("0x10", 16), ("+7", 7),
-                                               ("1e1", 10), ("12.0", 12), ("0.0", 10)])
+@pytest.mark.parametrize(
+    "literal, expected",
+    [("Infinity", 10), ("-Infinity", 10), ("NaN", 10), ("0x10", 16), ("+7", 7), ("1e1", 10), ("12.0", 12), ("0.0", 10)],
+)
 def test_rule_1_4_json5_number_literals(literal, expected):
     doc = parse_config_text("{tools: {loopDetection: {warningThreshold: %s}}}" % literal)
     assert FleetConfig.from_document(doc).resolve("a").warning_threshold == expected

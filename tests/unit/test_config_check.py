@@ -8,33 +8,64 @@ import logging
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loopwarden.cli import main as cli
 from loopwarden.schemas.config import FleetConfig, overlay, resolve_block
 from loopwarden.schemas.config_check import check_document, check_file, explain_block
-from loopwarden.cli import main as cli
 from loopwarden.worker.configfeed import ConfigFeed
 
 # Values OpenClaw might meet in a hand-written config: valid, zero, negative, fractional, huge, strings, ...
-_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 60), st.sampled_from([0.0, 5.0, 2.5, -1.0, 1e300,
-                    float("inf"), float("-inf"), float("nan")]), st.sampled_from(["", "thirty", "10", "0"]),
-                    st.just([]), st.just({}))
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 60),
+    st.sampled_from([0.0, 5.0, 2.5, -1.0, 1e300, float("inf"), float("-inf"), float("nan")]),
+    st.sampled_from(["", "thirty", "10", "0"]),
+    st.just([]),
+    st.just({}),
+)
 _switches = st.dictionaries(st.sampled_from(["genericRepeat", "knownPollNoProgress", "pingPong"]), _values)
 _block = st.dictionaries(
-    st.sampled_from(["enabled", "historySize", "warningThreshold", "criticalThreshold", "unknownToolThreshold",
-                     "globalCircuitBreakerThreshold", "detectors", "postCompactionGuard"]),
-    _values, max_size=8,
-).flatmap(lambda b: st.fixed_dictionaries({
-    **{k: st.just(v) for k, v in b.items()},
-    **({"detectors": st.one_of(_switches, _values)} if "detectors" in b else {}),
-    **({"postCompactionGuard": st.one_of(st.dictionaries(st.just("windowSize"), _values), _values)}
-       if "postCompactionGuard" in b else {}),
-}))
+    st.sampled_from(
+        [
+            "enabled",
+            "historySize",
+            "warningThreshold",
+            "criticalThreshold",
+            "unknownToolThreshold",
+            "globalCircuitBreakerThreshold",
+            "detectors",
+            "postCompactionGuard",
+        ]
+    ),
+    _values,
+    max_size=8,
+).flatmap(
+    lambda b: st.fixed_dictionaries(
+        {
+            **{k: st.just(v) for k, v in b.items()},
+            **({"detectors": st.one_of(_switches, _values)} if "detectors" in b else {}),
+            **(
+                {"postCompactionGuard": st.one_of(st.dictionaries(st.just("windowSize"), _values), _values)}
+                if "postCompactionGuard" in b
+                else {}
+            ),
+        }
+    )
+)
 
-FIELD_OF = {"enabled": "enabled", "historySize": "history_size", "warningThreshold": "warning_threshold",
-            "criticalThreshold": "critical_threshold", "unknownToolThreshold": "unknown_tool_threshold",
-            "globalCircuitBreakerThreshold": "global_circuit_breaker_threshold",
-            "detectors.genericRepeat": "generic_repeat", "detectors.knownPollNoProgress": "known_poll_no_progress",
-            "detectors.pingPong": "ping_pong", "postCompactionGuard.windowSize": "guard_window",
-            "postCompactionGuard": "guard_window"}
+FIELD_OF = {
+    "enabled": "enabled",
+    "historySize": "history_size",
+    "warningThreshold": "warning_threshold",
+    "criticalThreshold": "critical_threshold",
+    "unknownToolThreshold": "unknown_tool_threshold",
+    "globalCircuitBreakerThreshold": "global_circuit_breaker_threshold",
+    "detectors.genericRepeat": "generic_repeat",
+    "detectors.knownPollNoProgress": "known_poll_no_progress",
+    "detectors.pingPong": "ping_pong",
+    "postCompactionGuard.windowSize": "guard_window",
+    "postCompactionGuard": "guard_window",
+}
 
 
 @settings(max_examples=600, deadline=None)
@@ -68,8 +99,19 @@ def texts(report):
 
 
 def test_issue_examples_are_worded_as_promised():
-    report = check_document({"tools": {"loopDetecton": {}, "loopDetection": {
-        "enabled": True, "historySize": "thirty", "warningThreshold": 10, "criticalThreshold": 5}}})
+    report = check_document(
+        {
+            "tools": {
+                "loopDetecton": {},
+                "loopDetection": {
+                    "enabled": True,
+                    "historySize": "thirty",
+                    "warningThreshold": 10,
+                    "criticalThreshold": 5,
+                },
+            }
+        }
+    )
     assert "criticalThreshold 5 ≤ warningThreshold 10: raised to 11" in texts(report)
     assert "historySize 'thirty' is not a positive integer: default 30" in texts(report)
     assert report.warnings == ["tools.loopDetecton: unknown key, ignored (did you mean loopDetection?)"]
@@ -77,47 +119,72 @@ def test_issue_examples_are_worded_as_promised():
 
 
 def test_global_clamp_follows_the_raised_critical():
-    _eff, notes = explain_block({"enabled": True, "warningThreshold": 5, "criticalThreshold": 8,
-                                 "globalCircuitBreakerThreshold": 6})
+    _eff, notes = explain_block(
+        {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8, "globalCircuitBreakerThreshold": 6}
+    )
     assert [n.text for n in notes if n.key == "globalCircuitBreakerThreshold"] == [
-        "globalCircuitBreakerThreshold 6 ≤ criticalThreshold 8: raised to 9"]
+        "globalCircuitBreakerThreshold 6 ≤ criticalThreshold 8: raised to 9"
+    ]
 
 
 def test_other_openclaw_keys_are_not_warned_about():
-    doc = {"gateway": {"port": 1}, "models": {}, "channels": {}, "tools": {"exec": {"host": "sandbox"}, "web": {},
-           "loopDetection": {"enabled": True}},
-           "agents": {"defaults": {}, "list": [{"id": "a", "name": "A", "workspace": "/w", "tools": {"profile": "x"}}]}}
+    doc = {
+        "gateway": {"port": 1},
+        "models": {},
+        "channels": {},
+        "tools": {"exec": {"host": "sandbox"}, "web": {}, "loopDetection": {"enabled": True}},
+        "agents": {"defaults": {}, "list": [{"id": "a", "name": "A", "workspace": "/w", "tools": {"profile": "x"}}]},
+    }
     assert check_document(doc).warnings == []
 
 
 def test_unknown_keys_inside_blocks_get_suggestions():
-    doc = {"tools": {"loopDetection": {"enabled": True, "criticalTreshold": 4, "detectors": {"pingpong": False},
-                                       "postCompactionGuard": {"window": 2}}},
-           "loopwardn": {},
-           "loopwarden": {"shadw": True, "incidents": {"minRun": 3}},
-           "agents": {"list": [{"id": "x", "tools": {"LoopDetection": {}}, "loopwarden": {"escalation": {"afterBlock": 2}}}]}}
+    doc = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "criticalTreshold": 4,
+                "detectors": {"pingpong": False},
+                "postCompactionGuard": {"window": 2},
+            }
+        },
+        "loopwardn": {},
+        "loopwarden": {"shadw": True, "incidents": {"minRun": 3}},
+        "agents": {
+            "list": [{"id": "x", "tools": {"LoopDetection": {}}, "loopwarden": {"escalation": {"afterBlock": 2}}}]
+        },
+    }
     w = "\n".join(check_document(doc).warnings)
-    for expected in ("tools.loopDetection.criticalTreshold: unknown key, ignored (did you mean criticalThreshold?)",
-                     "tools.loopDetection.detectors.pingpong: unknown key, ignored (did you mean pingPong?)",
-                     "tools.loopDetection.postCompactionGuard.window: unknown key, ignored (did you mean windowSize?)",
-                     "loopwardn: unknown top-level key, ignored (did you mean loopwarden?)",
-                     "loopwarden.shadw: unknown key ignored (did you mean shadow?)",
-                     "(did you mean minRuns?)",
-                     "agents.list[0] (x).tools.LoopDetection: unknown key, ignored (did you mean loopDetection?)",
-                     "agents.list[0] (x): loopwarden.escalation:"):
+    for expected in (
+        "tools.loopDetection.criticalTreshold: unknown key, ignored (did you mean criticalThreshold?)",
+        "tools.loopDetection.detectors.pingpong: unknown key, ignored (did you mean pingPong?)",
+        "tools.loopDetection.postCompactionGuard.window: unknown key, ignored (did you mean windowSize?)",
+        "loopwardn: unknown top-level key, ignored (did you mean loopwarden?)",
+        "loopwarden.shadw: unknown key ignored (did you mean shadow?)",
+        "(did you mean minRuns?)",
+        "agents.list[0] (x).tools.LoopDetection: unknown key, ignored (did you mean loopDetection?)",
+        "agents.list[0] (x): loopwarden.escalation:",
+    ):
         assert expected in w, (expected, w)
 
 
 def test_agent_notes_say_where_the_value_came_from():
-    doc = {"tools": {"loopDetection": {"enabled": True, "historySize": 0}},
-           "agents": {"list": [{"id": "Coder", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]}}
+    doc = {
+        "tools": {"loopDetection": {"enabled": True, "historySize": 0}},
+        "agents": {
+            "list": [{"id": "Coder", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]
+        },
+    }
     report = check_document(doc)
     agent = next(b for b in report.blocks if b.agent_id == "coder")
     assert (agent.effective.warning_threshold, agent.effective.critical_threshold) == (5, 8)
     assert agent.effective == FleetConfig.from_document(doc).resolve("coder")
     by_key = {n.key: n for n in agent.notes}
     assert by_key["historySize"].source == "global"
-    assert "counts below 10 warn nobody" in by_key["warningThreshold"].text and by_key["warningThreshold"].source == "agent"
+    assert (
+        "counts below 10 warn nobody" in by_key["warningThreshold"].text
+        and by_key["warningThreshold"].source == "agent"
+    )
 
 
 def write(tmp_path, text, name="c.json5"):
@@ -127,9 +194,9 @@ def write(tmp_path, text, name="c.json5"):
 
 
 def test_cli_exit_codes_and_json(tmp_path, capsys):
-    good = write(tmp_path, '{tools: {loopDetection: {enabled: true}}}')
-    typo = write(tmp_path, '{tools: {loopDetection: {enabled: true, histrySize: 5}}}', "t.json5")
-    bad = write(tmp_path, '{\n  tools: {\n    loopDetection: {enabled: true,,}\n  }\n}\n', "bad.json5")
+    good = write(tmp_path, "{tools: {loopDetection: {enabled: true}}}")
+    typo = write(tmp_path, "{tools: {loopDetection: {enabled: true, histrySize: 5}}}", "t.json5")
+    bad = write(tmp_path, "{\n  tools: {\n    loopDetection: {enabled: true,,}\n  }\n}\n", "bad.json5")
     assert cli(["config", "check", good]) == 0
     assert "0 errors, 0 warnings" in capsys.readouterr().out
     assert cli(["config", "check", typo]) == 0
@@ -150,10 +217,10 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
 
 
 def test_check_file_returns_the_fleet_config_the_worker_uses(tmp_path):
-    path = write(tmp_path, '{tools: {loopDetection: {enabled: true, warningThreshold: 3}}}')
+    path = write(tmp_path, "{tools: {loopDetection: {enabled: true, warningThreshold: 3}}}")
     fleet, report = check_file(path)
     assert report.ok and fleet.resolve("any").warning_threshold == 3
-    fleet, report = check_file(write(tmp_path, '[1, 2]', "list.json"))
+    fleet, report = check_file(write(tmp_path, "[1, 2]", "list.json"))
     assert fleet is None and report.errors == ["the config must be an object, not [1,2]"]
 
 
@@ -161,5 +228,8 @@ def test_live_config_record_logs_the_same_warnings(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
     with caplog.at_level(logging.WARNING, logger="loopwarden.worker.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "warningTreshold": 3}')
-    assert "record 'coder': loopDetection.warningTreshold: unknown key, ignored (did you mean warningThreshold?)" in caplog.text
+    assert (
+        "record 'coder': loopDetection.warningTreshold: unknown key, ignored (did you mean warningThreshold?)"
+        in caplog.text
+    )
     assert feed.fleet.resolve("coder").enabled is True

@@ -31,15 +31,20 @@ def _consumer(tmp_path, name: str, acking: bool = True):
 
 
 def _state(consumer, tps):
-    return ({tp: sorted(consumer._acked[tp]) for tp in tps}, {tp: set(consumer._acked_index[tp]) for tp in tps},
-            consumer._n_acked)
+    return (
+        {tp: sorted(consumer._acked[tp]) for tp in tps},
+        {tp: set(consumer._acked_index[tp]) for tp in tps},
+        consumer._n_acked,
+    )
 
 
 def test_bulk_ack_leaves_what_faust_ack_leaves(tmp_path):
     async def main():
         tp0, tp1 = TP(TOPIC, 0), TP(TOPIC, 1)
-        batches = [{tp0: list(range(0, 6)), tp1: list(range(3, 8))},
-                   {tp0: [5, 6, 7, 9], tp1: [8]}]  # 5: acked twice; 8 after a gap in tp0
+        batches = [
+            {tp0: list(range(0, 6)), tp1: list(range(3, 8))},
+            {tp0: [5, 6, 7, 9], tp1: [8]},
+        ]  # 5: acked twice; 8 after a gap in tp0
         faust_way, ours = _consumer(tmp_path, "a"), _consumer(tmp_path, "b")
         for c in (faust_way, ours):
             c._committed_offset[tp1] = 5  # offsets below the committed one are not acked again
@@ -53,6 +58,7 @@ def test_bulk_ack_leaves_what_faust_ack_leaves(tmp_path):
         # What the next commit takes: tp0 up to the gap before 9, tp1 all of it.
         committable = [faust_way._new_offset(tp) for tp in (tp0, tp1)]
         assert [ours._new_offset(tp) for tp in (tp0, tp1)] == committable == [8, 9]
+
     asyncio.run(main())
 
 
@@ -61,6 +67,7 @@ def test_bulk_ack_of_a_topic_without_acks_records_nothing(tmp_path):
         c = _consumer(tmp_path, "c", acking=False)
         c._ack_offsets({TP(TOPIC, 0): [0, 1, 2]})
         assert c._n_acked == 0 and not c._acked
+
     asyncio.run(main())
 
 
@@ -77,7 +84,10 @@ def test_unread_records_skip_what_was_read_and_note_gaps(tmp_path):
         kept = await c._unread(tp, mixed, True)
         assert [r.offset for r in kept] == [6, 7, 10, 11]
         assert c._read_offset[tp] == 11
-        assert sorted((i.begin, i.end) for i in c._gap[tp]) == [(8, 11)]  # Faust notes [last + 1, offset] (its interval end is exclusive)
+        assert sorted((i.begin, i.end) for i in c._gap[tp]) == [
+            (8, 11)
+        ]  # Faust notes [last + 1, offset] (its interval end is exclusive)
+
     asyncio.run(main())
 
 

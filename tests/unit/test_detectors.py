@@ -12,8 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.helpers import (
-    LOW, ON, Run, msg_generic_critical, msg_generic_warning, msg_global, msg_poll_critical, msg_poll_warning,
-    msg_pp_critical, msg_pp_warning, msg_unknown, sha, sig, text_hash, text_result,
+    LOW,
+    ON,
+    Run,
+    msg_generic_critical,
+    msg_generic_warning,
+    msg_global,
+    msg_poll_critical,
+    msg_poll_warning,
+    msg_pp_critical,
+    msg_pp_warning,
+    msg_unknown,
+    sha,
+    sig,
+    text_hash,
+    text_result,
 )
 
 RECORD_ONLY = {}  # enabled missing: no detection, calls still recorded
@@ -98,8 +111,13 @@ def test_rule_8_row1_wins_over_global_and_generic():
     run = Run(RECORD_ONLY)
     for _ in range(4):
         run.pair("jira", {"q": "x"}, error="Tool jira_search not found")
-    probe = {"enabled": True, "unknownToolThreshold": 4, "warningThreshold": 2, "criticalThreshold": 3,
-             "globalCircuitBreakerThreshold": 4}
+    probe = {
+        "enabled": True,
+        "unknownToolThreshold": 4,
+        "warningThreshold": 2,
+        "criticalThreshold": 3,
+        "globalCircuitBreakerThreshold": 4,
+    }
     d = one(run.call("jira", {"q": "x"}, block=probe))
     assert (d.detector, d.count, d.warning_key) == ("unknown_tool_repeat", 4, "unknown-tool:jira:jira_search")
 
@@ -108,8 +126,11 @@ def test_rule_7_1_unknown_streak_independent_of_detector_switches():
     run = Run(RECORD_ONLY)
     for _ in range(2):
         run.pair("t", {}, error="Unknown tool: zz")
-    off = {"enabled": True, "unknownToolThreshold": 2,
-           "detectors": {"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False}}
+    off = {
+        "enabled": True,
+        "unknownToolThreshold": 2,
+        "detectors": {"genericRepeat": False, "knownPollNoProgress": False, "pingPong": False},
+    }
     assert one(run.call("t", {}, block=off)).detector == "unknown_tool_repeat"
 
 
@@ -183,7 +204,13 @@ def test_rule_8_row3_known_poll_critical():
 
 def test_rule_8_row4_known_poll_warning():
     d = one(build(POLL, 2).call(*POLL, block=LOW))
-    assert (d.level, d.detector, d.count, d.action, d.emitted) == ("warning", "known_poll_no_progress", 2, "warn", False)
+    assert (d.level, d.detector, d.count, d.action, d.emitted) == (
+        "warning",
+        "known_poll_no_progress",
+        2,
+        "warn",
+        False,
+    )
     assert d.warning_key == f"poll:command_status:{S_POLL}:{H_SAME}"
     assert d.message == msg_poll_warning("command_status", 2)
 
@@ -271,8 +298,13 @@ def test_rule_8_4_global_breaker_defaults_at_thirty():
 # ---------------------------------------------------------------- §7.2 no-progress streak
 
 
-NOPP = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3, "globalCircuitBreakerThreshold": 10,
-        "detectors": {"pingPong": False}}
+NOPP = {
+    "enabled": True,
+    "warningThreshold": 2,
+    "criticalThreshold": 3,
+    "globalCircuitBreakerThreshold": 10,
+    "detectors": {"pingPong": False},
+}
 
 
 def test_rule_7_2_other_signatures_are_skipped():
@@ -312,8 +344,13 @@ def test_rule_7_2_streak_never_exceeds_history_size():
     run = Run({"historySize": 5})
     for _ in range(10):
         run.pair(*READ_A, result=SAME)
-    cfg = {"enabled": True, "historySize": 5, "warningThreshold": 2, "criticalThreshold": 3,
-           "globalCircuitBreakerThreshold": 6}
+    cfg = {
+        "enabled": True,
+        "historySize": 5,
+        "warningThreshold": 2,
+        "criticalThreshold": 3,
+        "globalCircuitBreakerThreshold": 6,
+    }
     d = one(run.call(*READ_A, block=cfg))
     assert (d.detector, d.count) == ("generic_repeat", 5)
 
@@ -441,7 +478,9 @@ def test_rule_7_4_6_evidence_needs_one_hash_per_side():
 def test_rule_7_4_7_count_saturates_at_history_size_plus_one():
     run = Run({"historySize": 6})
     alternate(run, [READ_A, GREP], 20)  # newest GREP
-    d = one(run.call(*READ_A, block={"enabled": True, "historySize": 6, "warningThreshold": 2, "criticalThreshold": 10}))
+    d = one(
+        run.call(*READ_A, block={"enabled": True, "historySize": 6, "warningThreshold": 2, "criticalThreshold": 10})
+    )
     assert (d.detector, d.count) == ("ping_pong", 7)
 
 
@@ -463,8 +502,13 @@ def test_rule_8_5_alternation_falls_back_to_generic_warning_when_ping_pong_off()
 
 
 def test_rule_8_5_generic_blocks_only_when_one_side_alone_reaches_critical():
-    cfg = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3, "globalCircuitBreakerThreshold": 10,
-           "detectors": {"pingPong": False}}
+    cfg = {
+        "enabled": True,
+        "warningThreshold": 2,
+        "criticalThreshold": 3,
+        "globalCircuitBreakerThreshold": 10,
+        "detectors": {"pingPong": False},
+    }
     run = Run(RECORD_ONLY)
     alternate(run, [GREP, READ_A], 4)  # grep twice
     assert one(run.call(*GREP, block=cfg)).level == "warning"
@@ -479,15 +523,18 @@ def test_rule_8_5_generic_blocks_only_when_one_side_alone_reaches_critical():
 def test_rule_8_1_message_templates_verbatim():
     assert msg_generic_warning("read", 10) == (
         "WARNING: You have called read 10 times with identical arguments. If this is not making progress, stop "
-        "retrying and report the task as failed.")
+        "retrying and report the task as failed."
+    )
     run = build(READ_A, 3)
     assert one(run.call(*READ_A, block=LOW)).message == (
         "CRITICAL: Called read with identical arguments and identical outcomes 3 times. Session execution blocked "
-        "to prevent runaway loops.")
+        "to prevent runaway loops."
+    )
     run = build(POLL, 2)
     assert one(run.call(*POLL, block=LOW)).message == (
         "WARNING: You have called command_status 2 times with identical arguments and no progress. Stop polling and "
-        "either (1) increase wait time between checks, or (2) report the task as failed if the process is stuck.")
+        "either (1) increase wait time between checks, or (2) report the task as failed if the process is stuck."
+    )
 
 
 def test_rule_7_signature_prefix_in_keys():
@@ -508,7 +555,8 @@ POLL_SIDES = {3}
 
 
 def outcome_of(res_i):
-    """res 0/1: two text results; res 2: an unknown-tool error (name "ghost"); res 3: an ordinary error; res 4: another unknown name."""
+    """res 0/1: two text results; res 2: an unknown-tool error (name "ghost");
+    res 3: an ordinary error; res 4: another unknown name."""
     if res_i == 2:
         return {"error": "Unknown tool: ghost"}, ("err", "ghost"), "ghost"
     if res_i == 3:
@@ -568,9 +616,11 @@ class Model:
                 if k >= 2 and sig == b:
                     pp, paired = k + 1, H[-1]["tool"]
                     tail = H[-k:]
-                    evidence = (all(r["res"] is not None for r in tail)
-                                and len({r["res"] for r in tail if r["sig"] == a}) == 1
-                                and len({r["res"] for r in tail if r["sig"] == b}) == 1)
+                    evidence = (
+                        all(r["res"] is not None for r in tail)
+                        and len({r["res"] for r in tail if r["sig"] == a}) == 1
+                        and len({r["res"] for r in tail if r["sig"] == b}) == 1
+                    )
                     key = ("pp",) + tuple(sorted([repr(a), repr(b)]))
         poll = sig in POLL_SIDES  # 7.5
         # §8
@@ -619,19 +669,38 @@ class Model:
 
 
 actions = st.lists(
-    st.tuples(st.sampled_from(["pair", "pair", "call", "orphan"]), st.integers(0, 3), st.sampled_from([0, 0, 1, 1, 2, 2, 3, 4])),
+    st.tuples(
+        st.sampled_from(["pair", "pair", "call", "orphan"]),
+        st.integers(0, 3),
+        st.sampled_from([0, 0, 1, 1, 2, 2, 3, 4]),
+    ),
     max_size=45,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(actions, st.integers(3, 12), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 4),
-       st.booleans(), st.booleans(), st.booleans())
+@given(
+    actions,
+    st.integers(3, 12),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
 def test_property_engine_matches_literal_spec_model(trace, hs, w, dc, dg, u, pp_on, gen_on, kp_on):
     c, g = w + dc, w + dc + dg
-    block = {"enabled": True, "historySize": hs, "warningThreshold": w, "criticalThreshold": c,
-             "globalCircuitBreakerThreshold": g, "unknownToolThreshold": u,
-             "detectors": {"pingPong": pp_on, "genericRepeat": gen_on, "knownPollNoProgress": kp_on}}
+    block = {
+        "enabled": True,
+        "historySize": hs,
+        "warningThreshold": w,
+        "criticalThreshold": c,
+        "globalCircuitBreakerThreshold": g,
+        "unknownToolThreshold": u,
+        "detectors": {"pingPong": pp_on, "genericRepeat": gen_on, "knownPollNoProgress": kp_on},
+    }
     run, model = Run(block), Model(hs, w, c, g, u, pp_on, gen_on, kp_on)
     for n, (kind, side, res_i) in enumerate(trace):
         tool, params = SIDES[side]
@@ -655,8 +724,15 @@ def test_property_engine_matches_literal_spec_model(trace, hs, w, dc, dg, u, pp_
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(0, 3), max_size=60), st.integers(1, 8))
 def test_property_recent_count_matches_window_model(seq, hs):
-    run = Run({"enabled": True, "historySize": hs, "warningThreshold": 1, "criticalThreshold": 1000,
-               "detectors": {"pingPong": False}})
+    run = Run(
+        {
+            "enabled": True,
+            "historySize": hs,
+            "warningThreshold": 1,
+            "criticalThreshold": 1000,
+            "detectors": {"pingPong": False},
+        }
+    )
     window: list[int] = []
     for k in seq:
         dets = run.call("read", {"k": k})

@@ -7,15 +7,23 @@ import time
 
 import pytest
 
-from loopwarden.schemas.fleet import Incident, encode
 from loopwarden.devtools.dev import DEV_CONFIG, LEGEND, View, config_notes
+from loopwarden.schemas.fleet import Incident, encode
 
-KINDS = [("warn", "generic_repeat", "read"), ("warn", "known_poll_no_progress", "process"),
-         ("warn", "ping_pong", "list"), ("block", "generic_repeat", "read"),
-         ("block", "global_circuit_breaker", "command_status"), ("block", "known_poll_no_progress", "process"),
-         ("block", "ping_pong", "list"), ("block", "unknown_tool_repeat", "browser_navigate"),
-         ("abort", "compaction_loop_persisted", "exec"), ("allow", None, "web_search"),
-         ("warn", "cross_run_repeat", "memory_search"), ("block", "fleet_incident", "web_search")]
+KINDS = [
+    ("warn", "generic_repeat", "read"),
+    ("warn", "known_poll_no_progress", "process"),
+    ("warn", "ping_pong", "list"),
+    ("block", "generic_repeat", "read"),
+    ("block", "global_circuit_breaker", "command_status"),
+    ("block", "known_poll_no_progress", "process"),
+    ("block", "ping_pong", "list"),
+    ("block", "unknown_tool_repeat", "browser_navigate"),
+    ("abort", "compaction_loop_persisted", "exec"),
+    ("allow", None, "web_search"),
+    ("warn", "cross_run_repeat", "memory_search"),
+    ("block", "fleet_incident", "web_search"),
+]
 AGENTS = ("agent-0001", "ops-poller", "heartbeat9-agent-000", "[bot]")  # the longest id of a 1-min demo
 TOOLS = ("web_search", "read", "exec", "process", "list", "browser_navigate", "command_status")
 
@@ -24,16 +32,34 @@ class FakeWorker:
     port = 65535
 
     def metrics(self):
-        return {"loopwarden_events_total": 123456.0, "loopwarden_active_runs": 1234.0,
-                "loopwarden_dead_letters_total": 12.0, "loopwarden_ready": 1.0}
+        return {
+            "loopwarden_events_total": 123456.0,
+            "loopwarden_active_runs": 1234.0,
+            "loopwarden_dead_letters_total": 12.0,
+            "loopwarden_ready": 1.0,
+        }
 
 
 def incident(i, state="open", runs=None):
     now = time.time()
-    return encode(Incident(incident_id=f"inc-{i:020x}", state=state, signature=f"sig{i}", tool_name=TOOLS[i % 7],
-                           outcome_hash="h", unknown_tool=None, sample="503", run_count=runs or 10 + i,
-                           agent_count=2 + i, run_keys=[], agent_ids=[], first_seen=now - 60 * i, last_seen=now,
-                           ts=now))
+    return encode(
+        Incident(
+            incident_id=f"inc-{i:020x}",
+            state=state,
+            signature=f"sig{i}",
+            tool_name=TOOLS[i % 7],
+            outcome_hash="h",
+            unknown_tool=None,
+            sample="503",
+            run_count=runs or 10 + i,
+            agent_count=2 + i,
+            run_keys=[],
+            agent_ids=[],
+            first_seen=now - 60 * i,
+            last_seen=now,
+            ts=now,
+        )
+    )
 
 
 def full_view(duration=60.0, incidents=7):
@@ -42,9 +68,18 @@ def full_view(duration=60.0, incidents=7):
         view.on_incident(incident(i))
     for i in range(3000):
         action, detector, tool = KINDS[i % len(KINDS)]
-        view.on_verdict({"action": action, "detector": detector, "level": "critical", "count": 1234,
-                         "tool_name": tool, "agent_id": AGENTS[i % len(AGENTS)],
-                         "run_id": "agent-0001-run1.12", "event_ts": time.time() - 0.01})
+        view.on_verdict(
+            {
+                "action": action,
+                "detector": detector,
+                "level": "critical",
+                "count": 1234,
+                "tool_name": tool,
+                "agent_id": AGENTS[i % len(AGENTS)],
+                "run_id": "agent-0001-run1.12",
+                "event_ts": time.time() - 0.01,
+            }
+        )
     view.sample()
     return view
 
@@ -74,8 +109,14 @@ def test_fits_80_columns_without_cutting_or_wrapping(final):
     for line in LEGEND + tuple(config_notes(DEV_CONFIG)):  # the legend is on screen, unwrapped
         assert line.strip() in text, line
     # the panel's lines do not wrap: every metric keeps its label and value on one line
-    for label in ("sent 99999", "processed 123456", "active runs 1234", "dead letters 12", "p99",
-                  "http://127.0.0.1:65535/metrics"):
+    for label in (
+        "sent 99999",
+        "processed 123456",
+        "active runs 1234",
+        "dead letters 12",
+        "p99",
+        "http://127.0.0.1:65535/metrics",
+    ):
         assert any(label in line for line in lines), label
 
 
@@ -112,8 +153,15 @@ def test_other_records_of_the_control_topic_are_not_verdicts():
 
 def test_only_a_very_long_agent_id_is_elided():
     view = full_view()
-    view.on_verdict({"action": "block", "detector": "compaction_loop_persisted", "count": 5,
-                     "tool_name": "browser_navigate", "agent_id": "a-very-long-agent-id-of-some-other-fleet"})
+    view.on_verdict(
+        {
+            "action": "block",
+            "detector": "compaction_loop_persisted",
+            "count": 5,
+            "tool_name": "browser_navigate",
+            "agent_id": "a-very-long-agent-id-of-some-other-fleet",
+        }
+    )
     lines = rendered(view).splitlines()
     assert all(len(line) <= 80 for line in lines)
     row = next(line for line in lines if line.startswith("compaction_loop_persisted "))

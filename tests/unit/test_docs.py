@@ -45,7 +45,7 @@ def test_the_pattern_catches_what_it_must_and_spares_our_documents():
     assert foreign_references("see DESIGN.md") == ["DESIGN.md"]
     assert foreign_references("BROKER-NOTES §1") == ["BROKER-NOTES"]
     assert foreign_references("(loop-detection.md §4.4)") == ["loop-detection.md"]
-    assert foreign_references("(wire.md, \"Events\")") == ["wire.md"]
+    assert foreign_references('(wire.md, "Events")') == ["wire.md"]
     assert foreign_references("../shared/spec") == ["../shared"]
     assert foreign_references("schemas/WIRE.md and streams/detection/RULES.md") == []
 
@@ -75,7 +75,9 @@ def test_every_path_a_document_names_exists(doc):
 
 def test_the_backtick_pattern_finds_file_paths_only():
     assert BACKTICK_PATH.findall("`schemas/events.py`, `agent.events`, `a/b.toml`, `x.py`") == [
-        "schemas/events.py", "a/b.toml"]
+        "schemas/events.py",
+        "a/b.toml",
+    ]
 
 
 def test_readme_links_the_three_documents():

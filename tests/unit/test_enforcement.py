@@ -7,9 +7,9 @@ import json
 
 import msgspec
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.detection.state import RunState, decode_state
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.processor import RunProcessor
@@ -45,9 +45,11 @@ class Stream:
     def feed(self, events: list[dict], now: float):
         recs = []
         for e in events:
-            recs.append(msgspec.defstruct("R", [("topic", str), ("partition", int), ("offset", int),
-                                                ("key", bytes), ("value", bytes)])(
-                "ev", 0, self.offset, b"r1", json.dumps(e).encode()))
+            recs.append(
+                msgspec.defstruct(
+                    "R", [("topic", str), ("partition", int), ("offset", int), ("key", bytes), ("value", bytes)]
+                )("ev", 0, self.offset, b"r1", json.dumps(e).encode())
+            )
             self.offset += 1
         res = apply_batch(recs, lambda p, k: self.values.get((p, k)), self.fleet, LIMITS, now=now)
         self.values.update(res.writes)
@@ -117,7 +119,8 @@ def test_ran_after_block_is_a_violation_and_verdicts_stay_identical():
     blocks = {v["tool_call_id"]: v["verdict_id"] for v in disobey.of("verdict")}
     viols = disobey.of("verdict_violation")
     assert [(v["kind"], v["tool_call_id"], v["verdict_id"]) for v in viols] == [
-        ("ran_after_block", c, blocks[c]) for c in ("c3", "c4", "c5")]
+        ("ran_after_block", c, blocks[c]) for c in ("c3", "c4", "c5")
+    ]
     assert disobey.state().enforcement.violations == 3 and disobey.state().enforcement.block_ids == {}
 
 
@@ -190,9 +193,9 @@ def test_the_expiry_sweep_counts_overdue_verdicts_of_quiet_runs_once():
 
 
 def test_the_runner_listener_reads_a_violation_as_such_not_as_undecodable():
-    from loopwarden.schemas.verdicts import Verdict, VerdictViolation, encode_verdict
     from loopwarden.runner.listener import VerdictListener
     from loopwarden.runner.settings import ClientSettings
+    from loopwarden.schemas.verdicts import Verdict, VerdictViolation, encode_verdict
 
     listener = VerdictListener(ClientSettings(), lambda key, v: None, lambda: None)
     raw = encode_verdict(VerdictViolation(violation_id="t:0:1:violation", kind="ran_after_block", agent_id="a"))

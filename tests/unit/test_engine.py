@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.detection import step
 from loopwarden.detection.buckets import dedup_key, should_emit
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
 from tests.unit.helpers import (
-    LOW, ON, Run, cfg, event, msg_compaction, msg_generic_warning, msg_pp_critical, sig, text_hash, text_result,
+    LOW,
+    ON,
+    Run,
+    cfg,
+    event,
+    msg_compaction,
+    msg_generic_warning,
+    msg_pp_critical,
+    sig,
+    text_hash,
+    text_result,
 )
 
 RECORD_ONLY = {}
@@ -189,8 +199,10 @@ def test_rule_9_3_critical_not_recorded_and_sticky():
 def test_rule_9_3_synthesized_blocked_result_is_ignored():
     run = blocked_run()
     one(run.call(*READ_A, id="blk"))
-    veto = {"content": [{"type": "text", "text": "CRITICAL"}],
-            "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL"}}
+    veto = {
+        "content": [{"type": "text", "text": "CRITICAL"}],
+        "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL"},
+    }
     assert run.result(*READ_A, result=veto, id="blk") == []
     assert run.result(*READ_A, result=veto) == []  # even without a call id (§4.4)
     assert one(run.call(*READ_A)).count == 20
@@ -345,12 +357,20 @@ def test_rule_10_3_abort_on_window_size_th_identical_triple():
     assert X(run) == []
     assert X(run) == []
     d = one(X(run))
-    assert (d.level, d.detector, d.count, d.action, d.emitted) == ("critical", "compaction_loop_persisted", 3, "abort", True)
+    assert (d.level, d.detector, d.count, d.action, d.emitted) == (
+        "critical",
+        "compaction_loop_persisted",
+        3,
+        "abort",
+        True,
+    )
     assert d.tool_name == "read"
     assert d.message == msg_compaction("read", 3, 3)
-    assert d.message == ("CRITICAL: tool read repeated 3 times with identical arguments and identical results within "
-                         "3 attempts after auto-compaction. The compaction did not break the loop. Aborting to "
-                         "prevent runaway resource use.")
+    assert d.message == (
+        "CRITICAL: tool read repeated 3 times with identical arguments and identical results within "
+        "3 attempts after auto-compaction. The compaction did not break the loop. Aborting to "
+        "prevent runaway resource use."
+    )
 
 
 def test_rule_10_1_window_size_from_config():
@@ -367,8 +387,14 @@ def test_rule_10_1_window_size_from_config():
 
 
 def test_rule_10_1_guard_active_when_enabled_missing_or_true_disabled_when_false():
-    for block, aborts in (({}, True), (None, True), ({"enabled": True}, True), ({"enabled": None}, True),
-                          ({"enabled": 0}, True), ({"enabled": False}, False)):
+    for block, aborts in (
+        ({}, True),
+        (None, True),
+        ({"enabled": True}, True),
+        ({"enabled": None}, True),
+        ({"enabled": 0}, True),
+        ({"enabled": False}, False),
+    ):
         run = Run(block)
         run.arm()
         dets = X(run) + X(run) + X(run)
@@ -487,7 +513,7 @@ def test_rule_6_4_one_window_per_run_interleaved_runs():
 
 def test_rule_12_8_interleaved_runs_each_keep_thirty_records():
     events = []
-    for i in range(31):
+    for _ in range(31):
         for run in ("r1", "r2"):
             events.append(ev("tool_call", run, tool_name="read", params={"path": "a.txt"}))
     rows = rows_for(events)
@@ -508,11 +534,13 @@ def test_rule_6_5_run_id_trimmed_blank_is_unscoped():
 
 def test_rule_11_1_session_key_session_id_else_agent_id():
     events = []
-    for i in range(10):
+    for _ in range(10):
         events.append(ev("tool_call", None, session=None, agent="bot", tool_name="read"))
     events.append(ev("tool_call", None, session="other", agent="bot", tool_name="read"))  # other session
     events.append(ev("tool_call", None, session=None, agent="bot", tool_name="read"))
-    events.append(ev("tool_call", None, session="bot", agent="x", tool_name="read"))  # session id "bot" == agent session
+    events.append(
+        ev("tool_call", None, session="bot", agent="x", tool_name="read")
+    )  # session id "bot" == agent session
     rows = rows_for(events)
     assert [(r["event_index"], r["count"]) for r in rows] == [(11, 10), (12, 11)]
 
@@ -525,7 +553,9 @@ def test_rule_11_3_new_run_starts_at_zero_and_resumed_run_continues():
     events.append(ev("tool_call", "r1", tool_name="read"))  # r1 resumes: still blocked
     rows = rows_for(events)
     assert [(r["event_index"], r["run_id"], r["level"], r["count"]) for r in rows] == [
-        (20, "r1", "critical", 20), (25, "r1", "critical", 20)]
+        (20, "r1", "critical", 20),
+        (25, "r1", "critical", 20),
+    ]
 
 
 def test_wire_run_end_drops_state():
@@ -542,8 +572,15 @@ def test_wire_duplicate_event_id_dropped():
     assert run.call(*READ_A, event_id="e100") == []  # only 6 distinct calls recorded
     run2 = Run(RECORD_ONLY)
     run2.arm(), run2.pair(*READ_A, result=SAME)
-    dup = event("tool_result", agent_id="agent-1", run_id="run-1", tool_name="read", params={"path": "a.txt"},
-                result=SAME, event_id="same-id")
+    dup = event(
+        "tool_result",
+        agent_id="agent-1",
+        run_id="run-1",
+        tool_name="read",
+        params={"path": "a.txt"},
+        result=SAME,
+        event_id="same-id",
+    )
     assert run2.feed(dup) == []
     assert run2.feed(dup) == []  # would be the 3rd identical triple if not dropped
     assert one(X(run2)).detector == "compaction_loop_persisted"
@@ -584,7 +621,10 @@ def test_rule_12_11_unknown_tool_keyed_by_called_tool_and_extracted_name():
     run.pair("mcp", {"q": 2}, error="Unknown tool: web_search")
     d = one(run.call("mcp", {"q": 3}))
     assert d.warning_key == "unknown-tool:mcp:web_search"
-    assert d.message == "CRITICAL: attempted unavailable tool web_search 2 times. Stop retrying that missing tool and answer without it."
+    assert (
+        d.message
+        == "CRITICAL: attempted unavailable tool web_search 2 times. Stop retrying that missing tool and answer without it."  # noqa: E501
+    )
 
 
 def test_rule_12_11_slash_names_never_counted():
@@ -604,8 +644,10 @@ def test_rule_12_6_reworded_plans_are_distinct_calls():
 def test_rule_12_5_identical_sends_hash_equal_and_block():
     run = Run(LOW)
     for i in range(3):
-        res = {"content": [{"type": "text", "text": f"Sent message {i}"}],
-               "details": {"ok": True, "messageId": f"m{i}", "ts": 1000 + i}}
+        res = {
+            "content": [{"type": "text", "text": f"Sent message {i}"}],
+            "details": {"ok": True, "messageId": f"m{i}", "ts": 1000 + i},
+        }
         run.pair("message", {"action": "send", "to": "#ops", "text": "deploy done"}, result=res)
     d = one(run.call("message", {"action": "send", "to": "#ops", "text": "deploy done"}))
     assert (d.level, d.detector, d.count) == ("critical", "generic_repeat", 3)
@@ -631,9 +673,19 @@ def test_rule_13_1_parallel_batches_first_block_at_count_21():
     warnings = [(n, c, e) for n, lvl, c, e in detections if lvl == "warning"]
     criticals = [(n, c) for n, lvl, c, e in detections if lvl == "critical"]
     # batch k (1-based) starts with 3(k-1) complete records; call j of the batch sees j-1 pending ones
-    assert warnings == [(11, 10, True), (12, 11, False), (13, 12, False), (14, 13, False), (15, 14, False),
-                        (16, 15, False), (17, 16, False), (18, 17, False), (19, 18, False), (20, 19, False),
-                        (21, 20, True)]
+    assert warnings == [
+        (11, 10, True),
+        (12, 11, False),
+        (13, 12, False),
+        (14, 13, False),
+        (15, 14, False),
+        (16, 15, False),
+        (17, 16, False),
+        (18, 17, False),
+        (19, 18, False),
+        (20, 19, False),
+        (21, 20, True),
+    ]
     assert criticals == [(22, 21), (23, 21), (24, 21)]
 
 
@@ -695,7 +747,11 @@ def test_rule_9_4_1_raw_run_id_prefix_means_separate_buckets_within_one_run():
     events.append(ev("tool_call", " r1 ", tool_name="read"))  # count 11, key " r1 :...": its bucket is still 0
     events.append(ev("tool_call", "r1", tool_name="read"))  # count 12, bucket 1 already stored for "r1:..."
     rows = rows_for(events)
-    assert [(r["event_index"], r["count"], r["emitted"]) for r in rows] == [(10, 10, True), (11, 11, True), (12, 12, False)]
+    assert [(r["event_index"], r["count"], r["emitted"]) for r in rows] == [
+        (10, 10, True),
+        (11, 11, True),
+        (12, 12, False),
+    ]
 
 
 def test_wire_event_id_duplicates_are_per_run():
@@ -717,12 +773,22 @@ def test_wire_duplicate_event_id_dropped_within_the_documented_window():
 
     run = Run(RECORD_ONLY)
     run.arm()
-    first = event("tool_result", agent_id="agent-1", run_id="run-1", tool_name="read", params={"path": "a.txt"},
-                  result=SAME, event_id="first")
+    first = event(
+        "tool_result",
+        agent_id="agent-1",
+        run_id="run-1",
+        tool_name="read",
+        params={"path": "a.txt"},
+        result=SAME,
+        event_id="first",
+    )
     run.feed(first)
     for i in range(MAX_SEEN_EVENT_IDS - 1):
-        run.feed(event("tool_call", agent_id="agent-1", run_id="run-1", tool_name="ls", params={"i": i},
-                       event_id=f"filler-{i}"))
+        run.feed(
+            event(
+                "tool_call", agent_id="agent-1", run_id="run-1", tool_name="ls", params={"i": i}, event_id=f"filler-{i}"
+            )
+        )
     run.arm()
     run.feed(first)  # redelivered: must be dropped
     run.feed(first)
@@ -769,8 +835,10 @@ def test_rule_0_1_loop_veto_does_not_reset_a_streak():
     run = Run(RECORD_ONLY)
     for _ in range(3):
         run.pair(*READ_A, result=SAME)
-    veto = {"content": [{"type": "text", "text": "blocked"}],
-            "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "blocked"}}
+    veto = {
+        "content": [{"type": "text", "text": "blocked"}],
+        "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "blocked"},
+    }
     run.pair(*READ_A, result=veto)  # its call stays pending; the veto is not an outcome
     d = one(run.call(*READ_A, block=LOW))
     assert (d.level, d.count, d.warning_key) == ("critical", 3, f"generic:read:{S_READ_A}:{H_SAME}")
@@ -826,10 +894,13 @@ def test_rule_12_10_guard_window_size_honoured():
 
 def test_rule_13_4_js_numbers_make_equal_signatures():
     run = Run(ON)
-    raw = ('{"type":"tool_call","agent_id":"agent-1","run_id":"run-1","tool_name":"read",'
-           '"params":{"path":"a.txt","limit":%s,"offset":%s}}')
+    raw = (
+        '{"type":"tool_call","agent_id":"agent-1","run_id":"run-1","tool_name":"read",'
+        '"params":{"path":"a.txt","limit":%s,"offset":%s}}'
+    )
     variants = [("50", "0"), ("50.0", "-0"), ("5e1", "0.0"), ("500e-1", "-0.0"), ("50.00", "0e5")]
     from loopwarden.schemas.events import decode_event
+
     for limit, offset in variants * 2:
         run.feed(decode_event(raw % (limit, offset)))
     d = one(run.feed(decode_event(raw % ("50", "0"))))
@@ -875,8 +946,14 @@ def test_rule_0_3_r1_behaviour_not_older_or_newer_revisions():
     # a running exec is hashed from status + tail, not from masked text (58db2f91)
     run = Run(LOW)
     for i in range(3):
-        run.pair("exec", {"command": "srv"}, result={"content": [{"type": "text", "text": f"session {i} pid {i}"}],
-                                                     "details": {"status": "running", "tail": "listening"}})
+        run.pair(
+            "exec",
+            {"command": "srv"},
+            result={
+                "content": [{"type": "text", "text": f"session {i} pid {i}"}],
+                "details": {"status": "running", "tail": "listening"},
+            },
+        )
     assert one(run.call("exec", {"command": "srv"})).level == "critical"
 
 
@@ -904,4 +981,6 @@ def test_rule_10_3_identical_error_outcomes_are_identical_triples():
     assert (d.detector, d.count) == ("compaction_loop_persisted", 3)
     run = Run(RECORD_ONLY)
     run.arm()
-    assert run.pair(*READ_A, error="ENOENT") + run.pair(*READ_A, error="EACCES") + run.pair(*READ_A, error="ENOENT") == []
+    assert (
+        run.pair(*READ_A, error="ENOENT") + run.pair(*READ_A, error="EACCES") + run.pair(*READ_A, error="ENOENT") == []
+    )

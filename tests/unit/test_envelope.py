@@ -28,9 +28,9 @@ from loopwarden.schemas.events import (
 )
 from loopwarden.schemas.jsvalues import JS_WHITESPACE
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
-from loopwarden.worker.screening import dead_letter_value, screen
 from loopwarden.worker.runcodec import decode_key
 from loopwarden.worker.runcodec import state_key as table_key
+from loopwarden.worker.screening import dead_letter_value, screen
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 LIMIT_BYTES, LIMIT_DEPTH = 1 << 20, 64
@@ -51,8 +51,10 @@ def test_lone_surrogate_in_type_is_an_unknown_type():
 
 
 def test_envelope_strings_keep_lone_surrogates():
-    raw = (b'{"type":"tool_call","agent_id":"a\\ud800","run_id":"r\\udc01","session_id":"s\\udbff",'
-           b'"tool_call_id":"c\\ud801","event_id":"e\\udfff","tool_name":"we\\udc00b"}')
+    raw = (
+        b'{"type":"tool_call","agent_id":"a\\ud800","run_id":"r\\udc01","session_id":"s\\udbff",'
+        b'"tool_call_id":"c\\ud801","event_id":"e\\udfff","tool_name":"we\\udc00b"}'
+    )
     e = decode_event(raw)
     assert isinstance(e, ToolCall)
     assert (e.agent_id, e.run_id, e.session_id) == ("a\ud800", "r\udc01", "s\udbff")
@@ -117,16 +119,28 @@ def test_other_reasons(raw, reason):
 
 
 def test_verdict_and_dead_letter_with_lone_surrogates_encode_as_escapes():
-    v = Verdict(verdict_id="t:0:1:0", action="block", agent_id="a\ud800", tool_name="we\udc00b",
-                message="Called we\udc00b", event_ts=None, ts=1.5)
+    v = Verdict(
+        verdict_id="t:0:1:0",
+        action="block",
+        agent_id="a\ud800",
+        tool_name="we\udc00b",
+        message="Called we\udc00b",
+        event_ts=None,
+        ts=1.5,
+    )
     out = encode_verdict(v)
     assert b"\\ud800" in out and b"\\udc00" in out
     back = json.loads(out)
     assert (back["agent_id"], back["tool_name"], back["message"]) == ("a\ud800", "we\udc00b", "Called we\udc00b")
-    assert encode_verdict(Verdict(verdict_id="x", action="allow", agent_id="a")) == \
-        b'{"type":"verdict","verdict_id":"x","action":"allow","agent_id":"a"}'
-    letter = json.loads(dead_letter_value(EventDecodeError("unknown_type", "unknown event type 'tool_\udbffcall'"),
-                                          "t", 0, 5, b"\x00raw"))
+    assert (
+        encode_verdict(Verdict(verdict_id="x", action="allow", agent_id="a"))
+        == b'{"type":"verdict","verdict_id":"x","action":"allow","agent_id":"a"}'
+    )
+    letter = json.loads(
+        dead_letter_value(
+            EventDecodeError("unknown_type", "unknown event type 'tool_\udbffcall'"), "t", 0, 5, b"\x00raw"
+        )
+    )
     assert letter["detail"] == "unknown event type 'tool_\udbffcall'"
     assert base64.b64decode(letter["raw"]) == b"\x00raw"
 
@@ -162,8 +176,9 @@ TYPES = ("tool_call", "tool_result", "compaction_retry", "run_end")
 any_text = st.text(max_size=8)  # lone surrogates included
 ident = any_text.filter(lambda s: s.strip(JS_WHITESPACE) != "")
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | any_text
-payloads = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(any_text, c, max_size=3),
-                        max_leaves=8)
+payloads = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(any_text, c, max_size=3), max_leaves=8
+)
 optional_str = st.none() | any_text
 
 
@@ -174,7 +189,7 @@ def valid_events(draw) -> dict:
         if draw(st.booleans()):
             body[field] = draw(optional_str)
     if draw(st.booleans()):
-        body["ts"] = draw(st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.integers(-2**60, 2**60))
+        body["ts"] = draw(st.none() | st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**60), 2**60))
     if body["type"] in ("tool_call", "tool_result"):
         for field in ("tool_name", "tool_call_id"):
             if draw(st.booleans()):
@@ -201,8 +216,16 @@ def to_bytes(body) -> bytes:
 def test_property_every_valid_event_decodes_as_sent(body):
     e = screen(to_bytes(body), LIMIT_BYTES, LIMIT_DEPTH)
     assert type(e).__struct_config__.tag == body["type"]
-    for field in ("agent_id", "session_id", "run_id", "event_id", "tool_name", "tool_call_id", "reason",
-                  "await_decision"):
+    for field in (
+        "agent_id",
+        "session_id",
+        "run_id",
+        "event_id",
+        "tool_name",
+        "tool_call_id",
+        "reason",
+        "await_decision",
+    ):
         if field in body:
             assert getattr(e, field) == body[field], field
     if "ts" in body:
@@ -243,9 +266,16 @@ def test_property_every_invalid_event_is_rejected_with_its_reason(body, cut):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(max_size=64) | valid_events().map(to_bytes).flatmap(
-    lambda raw: st.tuples(st.just(raw), st.integers(0, len(raw)), st.binary(max_size=4)).map(
-        lambda t: t[0][: t[1]] + t[2] + t[0][t[1]:])))
+@given(
+    st.binary(max_size=64)
+    | valid_events()
+    .map(to_bytes)
+    .flatmap(
+        lambda raw: st.tuples(st.just(raw), st.integers(0, len(raw)), st.binary(max_size=4)).map(
+            lambda t: t[0][: t[1]] + t[2] + t[0][t[1] :]
+        )
+    )
+)
 def test_property_nothing_but_event_decode_error_escapes(raw):
     try:
         screen(raw, LIMIT_BYTES, LIMIT_DEPTH)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.detection.state import RunState
+from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value

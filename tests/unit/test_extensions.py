@@ -13,11 +13,14 @@ def test_no_block_means_everything_off():
 
 
 def test_agent_sections_overlay_global_key_by_key():
-    fleet = FleetConfig.from_document({
-        "loopwarden": {"incidents": {"enabled": True, "minRuns": 7}, "shadow": True},
-        "agents": {"list": [{"id": " Coder ", "loopwarden": {"incidents": {"minStreak": 4},
-                                                            "shadow": ["ping_pong"]}}]},
-    })
+    fleet = FleetConfig.from_document(
+        {
+            "loopwarden": {"incidents": {"enabled": True, "minRuns": 7}, "shadow": True},
+            "agents": {
+                "list": [{"id": " Coder ", "loopwarden": {"incidents": {"minStreak": 4}, "shadow": ["ping_pong"]}}]
+            },
+        }
+    )
     coder = fleet.extensions("coder")
     assert coder.incidents.enabled and coder.incidents.min_runs == 7 and coder.incidents.min_streak == 4
     assert coder.shadowed("ping_pong") and not coder.shadowed("generic_repeat")
@@ -26,8 +29,9 @@ def test_agent_sections_overlay_global_key_by_key():
 
 
 def test_bad_section_falls_back_alone_and_is_reported():
-    ext, problems = resolve_extensions({"incidents": {"minRuns": "many"}, "crossRun": {"enabled": True},
-                                        "shadwo": True})
+    ext, problems = resolve_extensions(
+        {"incidents": {"minRuns": "many"}, "crossRun": {"enabled": True}, "shadwo": True}
+    )
     assert ext.incidents == DEFAULT_EXTENSIONS.incidents
     assert ext.cross_run.enabled
     assert any("incidents" in p and "minRuns" in p for p in problems)
@@ -53,7 +57,11 @@ def test_fleet_wide_says_whether_any_agent_has_incidents_or_cross_run_on():
     assert wide({"loopwarden": {"incidents": {"enabled": True}}})
     assert wide({"agents": {"list": [{"id": "a"}, {"id": "b", "loopwarden": {"crossRun": {"enabled": True}}}]}})
     # on globally, off for the one listed agent: the others still join
-    assert wide({"loopwarden": {"crossRun": {"enabled": True}},
-                 "agents": {"list": [{"id": "a", "loopwarden": {"crossRun": {"enabled": False}}}]}})
+    assert wide(
+        {
+            "loopwarden": {"crossRun": {"enabled": True}},
+            "agents": {"list": [{"id": "a", "loopwarden": {"crossRun": {"enabled": False}}}]},
+        }
+    )
     off = FleetConfig.from_document({})
     assert off.with_override("a", None, {"incidents": {"enabled": True}}).fleet_wide()  # a live override counts

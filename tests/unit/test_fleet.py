@@ -7,22 +7,32 @@ import json
 import msgspec
 import pytest
 
-from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import decode_event
-from loopwarden.schemas.extensions import CrossRun, Incidents
 from loopwarden.detection import RunState, decode_state, step
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import fingerprint, run_signals
 from loopwarden.fleet.offline import FleetSide
-from loopwarden.schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
 from loopwarden.replay import replay_lines
+from loopwarden.schemas.config import FleetConfig
+from loopwarden.schemas.events import decode_event
+from loopwarden.schemas.extensions import CrossRun, Incidents
+from loopwarden.schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
 
 EXT_ON = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}})
 CFG = Incidents(enabled=True)  # minStreak 3, minRuns 5, minAgents 2, window 600
 
 
-def pair(run: str, n: int, tool: str, params: dict, *, agent: str = "a1", ts: float = 0.0,
-         error: str | None = None, result=None, session: str | None = None) -> list[dict]:
+def pair(
+    run: str,
+    n: int,
+    tool: str,
+    params: dict,
+    *,
+    agent: str = "a1",
+    ts: float = 0.0,
+    error: str | None = None,
+    result=None,
+    session: str | None = None,
+) -> list[dict]:
     base = {"agent_id": agent, "session_id": session or f"s-{run}", "run_id": run, "ts": ts}
     call_id = f"{run}-{n}"
     done = {"type": "tool_result", **base, "tool_name": tool, "tool_call_id": call_id, "params": params}
@@ -40,14 +50,21 @@ def drive(events: list[dict], fleet: FleetConfig = EXT_ON) -> tuple[list, RunSta
         event = decode_event(json.dumps(e))
         before = state
         result = step(state, event, fleet.resolve(event.agent_id))
-        signals += run_signals(before if before is not None else result.state, event, result,
-                               fleet.extensions(event.agent_id))
+        signals += run_signals(
+            before if before is not None else result.state, event, result, fleet.extensions(event.agent_id)
+        )
         state = result.state
     return signals, state
 
 
-def failing_run(run: str, agent: str, ts: float, error: str = "503 Service Unavailable: upstream down",
-                calls: int = 3, tool: str = "web_search") -> list[dict]:
+def failing_run(
+    run: str,
+    agent: str,
+    ts: float,
+    error: str = "503 Service Unavailable: upstream down",
+    calls: int = 3,
+    tool: str = "web_search",
+) -> list[dict]:
     out = []
     for i in range(calls):  # arguments vary on every call: the failure is the same
         out += pair(run, i, tool, {"query": f"{run} try {i}"}, agent=agent, ts=ts + i, error=error)
@@ -55,6 +72,7 @@ def failing_run(run: str, agent: str, ts: float, error: str = "503 Service Unava
 
 
 # -- joining ---------------------------------------------------------------------------------------
+
 
 def test_same_failure_with_varied_arguments_joins_once_at_min_streak():
     signals, state = drive(failing_run("r1", "a1", 100.0, calls=6))
@@ -69,8 +87,9 @@ def test_same_failure_with_varied_arguments_joins_once_at_min_streak():
 
 
 def test_two_failures_do_not_reach_the_streak_together():
-    events = failing_run("r1", "a1", 0.0, error="timeout", calls=2) + failing_run("r1", "a1", 10.0, error="refused",
-                                                                                    calls=2)
+    events = failing_run("r1", "a1", 0.0, error="timeout", calls=2) + failing_run(
+        "r1", "a1", 10.0, error="refused", calls=2
+    )
     for i, e in enumerate(events):  # distinct call ids across the two halves
         e["tool_call_id"] = f"c{i // 2}"
     assert drive(events)[0] == []
@@ -86,11 +105,18 @@ def test_same_outcome_of_different_tools_is_two_signatures():
 def test_unknown_tool_joins_by_name():
     events = []
     for i in range(3):
-        events += pair("r1", i, "browser_navigate", {"url": f"https://x/{i}"}, ts=float(i),
-                       error=f"Unknown tool: browser_navigate (attempt {i})")
+        events += pair(
+            "r1",
+            i,
+            "browser_navigate",
+            {"url": f"https://x/{i}"},
+            ts=float(i),
+            error=f"Unknown tool: browser_navigate (attempt {i})",
+        )
     signals, _ = drive(events)
-    assert [(s.signature, s.unknown_tool) for s in signals] == [(unknown_signature("browser_navigate"),
-                                                                 "browser_navigate")]
+    assert [(s.signature, s.unknown_tool) for s in signals] == [
+        (unknown_signature("browser_navigate"), "browser_navigate")
+    ]
 
 
 def test_off_by_default_sends_nothing():
@@ -98,8 +124,12 @@ def test_off_by_default_sends_nothing():
 
 
 def test_min_streak_is_the_agents_setting():
-    fleet = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}},
-                                       "agents": {"list": [{"id": "a2", "loopwarden": {"incidents": {"minStreak": 5}}}]}})
+    fleet = FleetConfig.from_document(
+        {
+            "loopwarden": {"incidents": {"enabled": True}},
+            "agents": {"list": [{"id": "a2", "loopwarden": {"incidents": {"minStreak": 5}}}]},
+        }
+    )
     assert len(drive(failing_run("r1", "a1", 0.0, calls=3), fleet)[0]) == 1
     assert drive(failing_run("r2", "a2", 0.0, calls=4), fleet)[0] == []
     assert len(drive(failing_run("r3", "a2", 0.0, calls=5), fleet)[0]) == 1
@@ -119,9 +149,17 @@ def test_old_stored_run_state_still_decodes():
 
 # -- the incident state machine --------------------------------------------------------------------
 
+
 def join(run: str, agent: str, ts: float, signature: str = outcome_signature("web_search", "error:abc")) -> JoinSignal:
-    return JoinSignal(signature=signature, run_key=run, agent_id=agent, ts=ts, tool_name="web_search",
-                      outcome_hash="error:abc", sample="503")
+    return JoinSignal(
+        signature=signature,
+        run_key=run,
+        agent_id=agent,
+        ts=ts,
+        tool_name="web_search",
+        outcome_hash="error:abc",
+        sample="503",
+    )
 
 
 def feed(signals, cfg: Incidents = CFG, st=None):
@@ -199,13 +237,23 @@ def test_a_join_after_the_window_resolves_before_counting():
 
 # -- cross_run_repeat ------------------------------------------------------------------------------
 
+
 def finished(session: str, run: str, fp: str, n: int = 4, ts: float | None = None) -> FinishedRun:
-    return FinishedRun(session_key=session, run_key=run, agent_id="a1", ts=float(run[1:]) if ts is None else ts,
-                       fingerprint=fp, records=n, session_id=session, run_id=run)
+    return FinishedRun(
+        session_key=session,
+        run_key=run,
+        agent_id="a1",
+        ts=float(run[1:]) if ts is None else ts,
+        fingerprint=fp,
+        records=n,
+        session_id=session,
+        run_id=run,
+    )
 
 
-def observe_all(runs, cfg=CrossRun(enabled=True)):
+def observe_all(runs, cfg=None):
     """Per arriving run: the one verdict it caused, or None."""
+    cfg = cfg if cfg is not None else CrossRun(enabled=True)
     st, verdicts = None, []
     for r in runs:
         st, v = crossrun.observe(st, r, cfg)
@@ -227,14 +275,20 @@ def test_cross_run_out_of_order_arrival_warns_the_same_runs():
 def test_cross_run_warns_the_newest_of_three_equal_runs():
     v = observe_all([finished("s", f"r{i}", "fp") for i in range(4)])
     assert v[:2] == [None, None]
-    assert (v[2].action, v[2].detector, v[2].run_id, v[2].level, v[2].count) == ("warn", "cross_run_repeat", "r2",
-                                                                                  "warning", 3)
+    assert (v[2].action, v[2].detector, v[2].run_id, v[2].level, v[2].count) == (
+        "warn",
+        "cross_run_repeat",
+        "r2",
+        "warning",
+        3,
+    )
     assert v[3].run_id == "r3"
 
 
 def test_cross_run_different_or_empty_runs_do_not_warn():
-    assert observe_all([finished("s", "r0", "fp"), finished("s", "r1", "other"), finished("s", "r2", "fp")]) \
-        == [None] * 3
+    assert (
+        observe_all([finished("s", "r0", "fp"), finished("s", "r1", "other"), finished("s", "r2", "fp")]) == [None] * 3
+    )
     assert observe_all([finished("s", f"r{i}", "", 0) for i in range(5)]) == [None] * 5
     assert observe_all([finished("s", "r0", "fp"), finished("s", "r0", "fp"), finished("s", "r0", "fp")]) == [None] * 3
 
@@ -249,15 +303,24 @@ def test_fingerprint_is_a_multiset_of_records():
 
 
 def heartbeat(session: str, run: str, ts: float, day: int = 0) -> list[dict]:
-    events = pair(run, 0, "read", {"path": "HEARTBEAT.md"}, ts=ts, session=session, result="nothing to do") + \
-        pair(run, 1, "exec", {"command": "check-inbox"}, ts=ts + 1, session=session, result=f"0 new{'' if not day else day}")
+    events = pair(run, 0, "read", {"path": "HEARTBEAT.md"}, ts=ts, session=session, result="nothing to do") + pair(
+        run, 1, "exec", {"command": "check-inbox"}, ts=ts + 1, session=session, result=f"0 new{'' if not day else day}"
+    )
     return events + [{"type": "run_end", "agent_id": "a1", "session_id": session, "run_id": run, "ts": ts + 2}]
 
 
 def test_cross_run_never_feeds_the_within_run_detectors():
-    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3,
-                                       "globalCircuitBreakerThreshold": 4}},
-           "loopwarden": {"crossRun": {"enabled": True}}}
+    doc = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "warningThreshold": 2,
+                "criticalThreshold": 3,
+                "globalCircuitBreakerThreshold": 4,
+            }
+        },
+        "loopwarden": {"crossRun": {"enabled": True}},
+    }
     trace = [json.dumps(e) for d in range(3) for e in heartbeat("hb", f"day{d}", 1000.0 * d)]
     with_fleet = list(replay_lines(trace, FleetConfig.from_document(doc), incidents=True))
     plain = list(replay_lines(trace, FleetConfig.from_document(doc)))
@@ -274,6 +337,7 @@ def test_cross_run_changed_work_breaks_the_streak():
 
 # -- replay --incidents end to end, the fleet response ---------------------------------------------
 
+
 def outage_trace(runs: int = 7, agents: int = 3, calls: int = 4) -> list[str]:
     events = []
     for r in range(runs):
@@ -283,8 +347,11 @@ def outage_trace(runs: int = 7, agents: int = 3, calls: int = 4) -> list[str]:
 
 
 def fleet_records(doc: dict, trace: list[str]) -> list[dict]:
-    return [r for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True) if isinstance(r, dict)
-            and "type" in r]
+    return [
+        r
+        for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True)
+        if isinstance(r, dict) and "type" in r
+    ]
 
 
 def test_replay_incidents_open_update_resolve_in_event_time():
@@ -296,8 +363,16 @@ def test_replay_incidents_open_update_resolve_in_event_time():
 
 
 def test_replay_without_the_flag_or_with_it_off_is_unchanged():
-    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                       "globalCircuitBreakerThreshold": 7}}}
+    doc = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "warningThreshold": 3,
+                "criticalThreshold": 5,
+                "globalCircuitBreakerThreshold": 7,
+            }
+        }
+    }
     from loopwarden.devtools.synthetic import fleet_events
 
     trace = [json.dumps({**e, "ts": float(i)}) for i, e in enumerate(fleet_events(agents=6, loop_share=0.9, seed=3))]
@@ -336,6 +411,7 @@ def test_fleet_side_resolves_by_event_time_only():
 
 # -- the simulator's scenarios ---------------------------------------------------------------------
 
+
 def test_simulated_outage_opens_one_incident_and_heartbeat_warns():
     from loopwarden.devtools.simulate import endless_fleet, with_scenarios
 
@@ -370,8 +446,8 @@ def test_a_shadowed_fleet_response_reports_its_blocks_and_refuses_nothing():
 
 
 def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_without_one():
-    from loopwarden.schemas.fleet import decode_incident
     from loopwarden.fleet.response import IncidentBoard, fleet_step
+    from loopwarden.schemas.fleet import decode_incident
 
     doc = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3}}}
     fleet = FleetConfig.from_document(doc)
@@ -380,8 +456,14 @@ def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_with
         if record["state"] != "resolved":  # the incident as it stood while open
             board.apply(decode_incident(json.dumps(record).encode()))
     _, state = drive(failing_run("late", "agent9", 900.0, calls=3), fleet)
-    call = {"type": "tool_call", "agent_id": "agent9", "run_id": "late", "tool_name": "web_search",
-            "params": {"query": "late try 3"}, "ts": 950.0}  # no tool_call_id
+    call = {
+        "type": "tool_call",
+        "agent_id": "agent9",
+        "run_id": "late",
+        "tool_name": "web_search",
+        "params": {"query": "late try 3"},
+        "ts": 950.0,
+    }  # no tool_call_id
     cfg, ext = fleet.resolve("agent9"), fleet.extensions("agent9")
     result = fleet_step(state, decode_event(json.dumps(call)), cfg, ext, board)
     assert [d.detector for d in result.detections] == ["fleet_incident"]
@@ -397,8 +479,11 @@ def test_a_shadowed_cross_run_repeat_is_reported_as_shadow():
     trace = [json.dumps({**e, "ts": i * 0.01}) for i, e in zip(range(1500), events)]
 
     def warnings(loopwarden: dict) -> list[dict]:
-        return [r for r in fleet_records({"loopwarden": {"crossRun": {"enabled": True}, **loopwarden}}, trace)
-                if r.get("detector") == "cross_run_repeat"]
+        return [
+            r
+            for r in fleet_records({"loopwarden": {"crossRun": {"enabled": True}, **loopwarden}}, trace)
+            if r.get("detector") == "cross_run_repeat"
+        ]
 
     enforced = warnings({})
     assert enforced and not any(r.get("shadow") for r in enforced)
@@ -433,18 +518,28 @@ def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(sh
         stored.update({(p, k): v for p, k, v in items})
 
     metrics = Metrics(())
-    runtime = types.SimpleNamespace(settings=from_sources({}, environ={}), fleet=lambda: fleet, send=send,
-                                    metrics=metrics, sessions=types.SimpleNamespace(
-                                        get=lambda p, k: stored.get((p, k)), write=write))
+    runtime = types.SimpleNamespace(
+        settings=from_sources({}, environ={}),
+        fleet=lambda: fleet,
+        send=send,
+        metrics=metrics,
+        sessions=types.SimpleNamespace(get=lambda p, k: stored.get((p, k)), write=write),
+    )
 
     async def go():
         for i in range(3):
             run = finished("s", f"r{i}", "fp")
             await FleetRuntime.on_session(runtime, 0, b"s", encode_signal(run))
+
     asyncio.run(go())
     s = runtime.settings
     assert [(topic, v["detector"], v.get("shadow", False)) for topic, v in sent] == [
-        (s.shadow_topic if shadow else s.control_topic, "cross_run_repeat", shadow)]
+        (s.shadow_topic if shadow else s.control_topic, "cross_run_repeat", shadow)
+    ]
     mode = "shadow" if shadow else "enforce"
-    assert metrics.registry.get_sample_value(
-        "loopwarden_verdicts_total", {"action": "warn", "detector": "cross_run_repeat", "mode": mode}) == 1
+    assert (
+        metrics.registry.get_sample_value(
+            "loopwarden_verdicts_total", {"action": "warn", "detector": "cross_run_repeat", "mode": mode}
+        )
+        == 1
+    )

@@ -30,8 +30,14 @@ def outcome_pure(tool, params, result=MISSING, error=MISSING):
 
 
 # record-only for building (enabled missing), then critical at 2 identical outcomes.
-_PROBE = {"enabled": True, "warningThreshold": 1, "criticalThreshold": 2, "globalCircuitBreakerThreshold": 3,
-          "unknownToolThreshold": 50, "detectors": {"pingPong": False}}
+_PROBE = {
+    "enabled": True,
+    "warningThreshold": 1,
+    "criticalThreshold": 2,
+    "globalCircuitBreakerThreshold": 3,
+    "unknownToolThreshold": 50,
+    "detectors": {"pingPong": False},
+}
 
 
 def outcome_engine(tool, params, result=MISSING, error=MISSING):
@@ -46,7 +52,7 @@ def outcome_engine(tool, params, result=MISSING, error=MISSING):
     (d,) = crit
     prefix = {"generic_repeat": "generic", "known_poll_no_progress": "poll"}[d.detector] + f":{tool}:{s}:"
     assert d.warning_key.startswith(prefix), d.warning_key
-    return d.warning_key[len(prefix):]
+    return d.warning_key[len(prefix) :]
 
 
 @pytest.fixture(params=["pure", "engine"])
@@ -68,7 +74,7 @@ def engine_sig(tool, params):
     run.call(tool, params)
     (d,) = run.call(tool, params)
     assert d.detector == "generic_repeat" and d.warning_key.startswith(f"generic:{tool}:")
-    return d.warning_key[len(f"generic:{tool}:"):]
+    return d.warning_key[len(f"generic:{tool}:") :]
 
 
 @pytest.mark.parametrize("get", [lambda t, p: args_hash(t, _loads(p)), engine_sig], ids=["pure", "engine"])
@@ -90,7 +96,9 @@ def test_rule_3_2_update_plan_params_not_normalized():
     a = {"plan": [{"step": "Write tests", "status": "in_progress"}]}
     b = {"plan": [{"step": "Write the tests", "status": "in_progress"}]}
     assert args_hash("update_plan", a) != args_hash("update_plan", b)
-    assert engine_sig("update_plan", a) == "update_plan:" + sha('{"plan":[{"status":"in_progress","step":"Write tests"}]}')
+    assert engine_sig("update_plan", a) == "update_plan:" + sha(
+        '{"plan":[{"status":"in_progress","step":"Write tests"}]}'
+    )
 
 
 def test_rule_3_3_signature_carries_tool_name():
@@ -122,15 +130,23 @@ def test_rule_4_1_error_text(error, text):
 
 @pytest.mark.parametrize(
     "error, text",
-    [("boom", "boom"), ("", "Error"), (42, "42"), (True, "true"), (False, "false"),
-     ({"message": "x", "code": "E1"}, '{"code":"E1","message":"x"}')],
+    [
+        ("boom", "boom"),
+        ("", "Error"),
+        (42, "42"),
+        (True, "true"),
+        (False, "false"),
+        ({"message": "x", "code": "E1"}, '{"code":"E1","message":"x"}'),
+    ],
 )
 def test_rule_4_1_error_hash_prefix_and_quoted_digest(H, error, text):
     assert H("read", {"path": "a"}, error=error) == "error:" + sha(q(text))
 
 
 def test_rule_4_1_error_wins_over_result(H):
-    assert H("read", {}, result={"content": [{"type": "text", "text": "ok"}]}, error="EACCES") == "error:" + sha('"EACCES"')
+    assert H("read", {}, result={"content": [{"type": "text", "text": "ok"}]}, error="EACCES") == "error:" + sha(
+        '"EACCES"'
+    )
 
 
 def test_rule_4_1_error_null_means_no_error(H):
@@ -144,7 +160,9 @@ def test_rule_4_1_error_beats_loop_veto_payload(H):
 
 def test_rule_4_1_unknown_name_taken_from_error_text():
     assert outcome_hash("browser", {}, None, "Unknown tool: browser_navigate", has_result=False) == (
-        "error:" + sha('"Unknown tool: browser_navigate"'), "browser_navigate")
+        "error:" + sha('"Unknown tool: browser_navigate"'),
+        "browser_navigate",
+    )
     obj = _loads({"message": "Unknown tool: foo_bar"})
     assert outcome_hash("x", {}, None, obj, has_result=False)[1] == "foo_bar"
     assert outcome_hash("x", {}, None, "plain failure", has_result=False)[1] is None
@@ -159,8 +177,16 @@ def test_rule_4_2_missing_result_has_no_hash(H):
 
 @pytest.mark.parametrize(
     "result, canonical",
-    [(None, "null"), ("ok", '"ok"'), ("", '""'), (5.0, "5"), (0, "0"), ([1, 2], "[1,2]"), (True, "true"),
-     ([{"b": 1, "a": 2}], '[{"a":2,"b":1}]')],
+    [
+        (None, "null"),
+        ("ok", '"ok"'),
+        ("", '""'),
+        (5.0, "5"),
+        (0, "0"),
+        ([1, 2], "[1,2]"),
+        (True, "true"),
+        ([{"b": 1, "a": 2}], '[{"a":2,"b":1}]'),
+    ],
 )
 def test_rule_4_2_non_object_results_hashed_directly(H, result, canonical):
     assert H("read", {"path": "a"}, result=result) == sha(canonical)
@@ -170,8 +196,17 @@ def test_rule_4_2_non_object_results_hashed_directly(H, result, canonical):
 
 
 def test_rule_4_3_text_joined_with_newline_type_value_not_checked(H):
-    result = {"content": [{"type": "text", "text": "a"}, {"type": "image", "text": "b"}, {"type": 5, "text": "c"},
-                          {"text": "d"}, {"type": "text", "text": 7}, "e", {"type": "text", "text": "f"}]}
+    result = {
+        "content": [
+            {"type": "text", "text": "a"},
+            {"type": "image", "text": "b"},
+            {"type": 5, "text": "c"},
+            {"text": "d"},
+            {"type": "text", "text": 7},
+            "e",
+            {"type": "text", "text": "f"},
+        ]
+    }
     assert H("read", {}, result=result) == sha('{"details":{},"text":"a\\nb\\nf"}')
 
 
@@ -200,8 +235,10 @@ def test_rule_4_3_js_trim(H):
 
 
 def test_rule_4_4_loop_veto_not_hashed(H):
-    veto = {"content": [{"type": "text", "text": "CRITICAL: ..."}],
-            "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL: ..."}}
+    veto = {
+        "content": [{"type": "text", "text": "CRITICAL: ..."}],
+        "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL: ..."},
+    }
     assert H("read", {}, result=veto) is None
     assert H("exec", {"command": "ls"}, result=veto) is None
 
@@ -219,13 +256,21 @@ def exec_result(text="", **details):
 
 
 def test_rule_4_5_exec_running_only_status_and_tail(H):
-    a = H("exec", {"command": "make"}, result=exec_result("started pid 1", status="running", tail="line 3", pid=1,
-                                                          sessionId="s1", durationMs=5))
-    b = H("exec", {"command": "make"}, result=exec_result("other text", status="running", tail="line 3", pid=2,
-                                                          sessionId="s2", durationMs=9))
+    a = H(
+        "exec",
+        {"command": "make"},
+        result=exec_result("started pid 1", status="running", tail="line 3", pid=1, sessionId="s1", durationMs=5),
+    )
+    b = H(
+        "exec",
+        {"command": "make"},
+        result=exec_result("other text", status="running", tail="line 3", pid=2, sessionId="s2", durationMs=9),
+    )
     assert a == b == sha('{"status":"running","tail":"line 3"}')
     assert H("exec", {"command": "make"}, result=exec_result(status="running", tail="line 4")) != a
-    assert H("exec", {"command": "make"}, result=exec_result("x", status="running", tail=5)) == sha('{"status":"running","tail":""}')
+    assert H("exec", {"command": "make"}, result=exec_result("x", status="running", tail=5)) == sha(
+        '{"status":"running","tail":""}'
+    )
 
 
 @pytest.mark.parametrize("status", ["completed", "failed"])
@@ -244,7 +289,9 @@ def test_rule_4_5_exec_completed_failed_projection(H, status):
 
 def test_rule_4_5_exec_completed_field_coercions(H):
     res = exec_result("  from text ", status="completed", exitCode="0", timedOut="true", aggregated="   ")
-    assert H("exec", {}, result=res) == sha('{"exitCode":null,"output":"from text","status":"completed","timedOut":false}')
+    assert H("exec", {}, result=res) == sha(
+        '{"exitCode":null,"output":"from text","status":"completed","timedOut":false}'
+    )
     res = exec_result("txt", status="completed", exitCode=2.0, aggregated=17)
     assert H("exec", {}, result=res) == sha('{"exitCode":2,"output":"txt","status":"completed","timedOut":false}')
     res = exec_result("txt", status="failed", exitCode=True, timedOut=1)
@@ -253,21 +300,31 @@ def test_rule_4_5_exec_completed_field_coercions(H):
 
 @pytest.mark.parametrize("status", ["approval-pending", "approval-unavailable"])
 def test_rule_4_5_exec_approval_projection(H, status):
-    res = exec_result("please approve", status=status, command="rm -rf build", host="gw-1", reason=None,
-                      expiresAt=123, approvalId="ap-1")
+    res = exec_result(
+        "please approve",
+        status=status,
+        command="rm -rf build",
+        host="gw-1",
+        reason=None,
+        expiresAt=123,
+        approvalId="ap-1",
+    )
     expected = sha('{"command":"rm -rf build","host":"gw-1","reason":null,"status":"%s","warningText":""}' % status)
     assert H("exec", {}, result=res) == expected
     res2 = exec_result("other", status=status, command="rm -rf build", host="gw-1", expiresAt=999, approvalId="ap-2")
     assert H("exec", {}, result=res2) == expected
     res3 = exec_result("", status=status, command=5, host=5, reason="policy", warningText="careful")
     assert H("exec", {}, result=res3) == sha(
-        '{"command":"","host":null,"reason":"policy","status":"%s","warningText":"careful"}' % status)
+        '{"command":"","host":null,"reason":"policy","status":"%s","warningText":"careful"}' % status
+    )
 
 
 @pytest.mark.parametrize("details", [{"status": "queued", "pid": 1}, {"pid": 1}, {"status": 7, "pid": 1}])
 def test_rule_4_5_exec_other_status_falls_through_to_full_hash(H, details):
     res = exec_result("out", **details)
-    assert H("exec", {}, result=res) == sha('{"details":%s,"text":"out"}' % json.dumps(details, separators=(",", ":"), sort_keys=True))
+    assert H("exec", {}, result=res) == sha(
+        '{"details":%s,"text":"out"}' % json.dumps(details, separators=(",", ":"), sort_keys=True)
+    )
     changed = exec_result("out", **dict(details, pid=2))
     assert H("exec", {}, result=changed) != H("exec", {}, result=res)  # volatile metadata IS hashed (§12.4)
 
@@ -283,17 +340,30 @@ def test_rule_4_5_only_exec_gets_projection(H):
 def test_rule_4_6_process_poll_projection_status_missing_is_undefined(H):
     params = {"action": "poll", "sessionId": "s1"}
     assert H("process", params, result={"details": {"pid": 1, "updatedAt": 5}}) == sha(
-        '{"action":"poll","aggregated":null,"exitCode":null,"exitSignal":null,"status":undefined,"text":""}')
+        '{"action":"poll","aggregated":null,"exitCode":null,"exitSignal":null,"status":undefined,"text":""}'
+    )
     assert H("process", params, result={"details": {"status": None}}) == sha(
-        '{"action":"poll","aggregated":null,"exitCode":null,"exitSignal":null,"status":null,"text":""}')
+        '{"action":"poll","aggregated":null,"exitCode":null,"exitSignal":null,"status":null,"text":""}'
+    )
 
 
 def test_rule_4_6_process_poll_counted_and_ignored_fields(H):
     params = {"action": "poll", "sessionId": "s1"}
-    res = {"content": [{"type": "text", "text": " still running "}],
-           "details": {"status": "running", "aggregated": "abc", "exitCode": None, "pid": 10, "updatedAt": 1,
-                       "name": "n", "sessionId": "s1"}}
-    expected = sha('{"action":"poll","aggregated":"abc","exitCode":null,"exitSignal":null,"status":"running","text":"still running"}')
+    res = {
+        "content": [{"type": "text", "text": " still running "}],
+        "details": {
+            "status": "running",
+            "aggregated": "abc",
+            "exitCode": None,
+            "pid": 10,
+            "updatedAt": 1,
+            "name": "n",
+            "sessionId": "s1",
+        },
+    }
+    expected = sha(
+        '{"action":"poll","aggregated":"abc","exitCode":null,"exitSignal":null,"status":"running","text":"still running"}'  # noqa: E501
+    )
     assert H("process", params, result=res) == expected
     res2 = json.loads(json.dumps(res))
     res2["details"].update(pid=11, updatedAt=2, name="m", sessionId="s9")
@@ -305,19 +375,24 @@ def test_rule_4_6_process_poll_counted_and_ignored_fields(H):
     # other JSON values are kept as they are
     res4 = {"details": {"status": "x", "exitCode": "7", "aggregated": ["a"]}}
     assert H("process", params, result=res4) == sha(
-        '{"action":"poll","aggregated":["a"],"exitCode":"7","exitSignal":null,"status":"x","text":""}')
+        '{"action":"poll","aggregated":["a"],"exitCode":"7","exitSignal":null,"status":"x","text":""}'
+    )
 
 
 def test_rule_4_6_process_log_projection(H):
     params = {"action": "log", "sessionId": "s1", "offset": 0}
-    res = {"content": [{"type": "text", "text": "log tail"}],
-           "details": {"status": "running", "totalLines": 12, "totalChars": 300, "truncated": False, "pid": 4}}
+    res = {
+        "content": [{"type": "text", "text": "log tail"}],
+        "details": {"status": "running", "totalLines": 12, "totalChars": 300, "truncated": False, "pid": 4},
+    }
     assert H("process", params, result=res) == sha(
         '{"action":"log","exitCode":null,"exitSignal":null,"status":"running","text":"log tail",'
-        '"totalChars":300,"totalLines":12,"truncated":false}')
+        '"totalChars":300,"totalLines":12,"truncated":false}'
+    )
     assert H("process", params, result={"details": {}}) == sha(
         '{"action":"log","exitCode":null,"exitSignal":null,"status":undefined,"text":"",'
-        '"totalChars":null,"totalLines":null,"truncated":null}')
+        '"totalChars":null,"totalLines":null,"truncated":null}'
+    )
 
 
 @pytest.mark.parametrize("params", [{"action": "kill"}, {"action": "Poll"}, {"action": "poll "}, {}, ["poll"], "poll"])
@@ -330,17 +405,38 @@ def test_rule_4_6_process_other_actions_use_full_hash(H, params):
 
 
 def test_rule_4_7_sessions_send_strips_volatile_keys_and_ignores_text(H):
-    a = {"content": [{"type": "text", "text": "sent at 10:01"}],
-         "details": {"status": "sent", "messageId": "m1", "ts": 1, "runId": "r1", "idempotencyKey": "k1"}}
-    b = {"content": [{"type": "text", "text": "sent at 10:02"}],
-         "details": {"status": "sent", "messageId": "m2", "ts": 2, "runId": "r2", "idempotencyKey": "k2"}}
+    a = {
+        "content": [{"type": "text", "text": "sent at 10:01"}],
+        "details": {"status": "sent", "messageId": "m1", "ts": 1, "runId": "r1", "idempotencyKey": "k1"},
+    }
+    b = {
+        "content": [{"type": "text", "text": "sent at 10:02"}],
+        "details": {"status": "sent", "messageId": "m2", "ts": 2, "runId": "r2", "idempotencyKey": "k2"},
+    }
     assert H("sessions_send", {"to": "x"}, result=a) == H("sessions_send", {}, result=b) == sha('{"status":"sent"}')
 
 
 def test_rule_4_7_every_volatile_key_at_any_depth():
-    keys = ["messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds", "fileId", "file_id",
-            "fileKey", "pollId", "poll_id", "receipt", "runId", "idempotencyKey", "ts", "timestamp", "sentAt",
-            "deliveredAt", "createdAt"]
+    keys = [
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+    ]
     details = {"ok": True, "nested": {k: 1 for k in keys}, "list": [{k: "x" for k in keys} | {"keep": 1}]}
     details.update({k: "v" for k in keys})
     assert strip_volatile(details) == {"ok": True, "nested": {}, "list": [{"keep": 1}]}
@@ -370,8 +466,20 @@ def test_rule_4_7_delivered_messages_inside_arrays():
     assert strip_volatile(d) == {"messages": [{"text": "x", "senderId": "u"}, {"id": "b"}]}
 
 
-@pytest.mark.parametrize("action", ["send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment",
-                                    "upload-file", "sticker", "poll"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "send",
+        "broadcast",
+        "reply",
+        "thread-reply",
+        "sendWithEffect",
+        "sendAttachment",
+        "upload-file",
+        "sticker",
+        "poll",
+    ],
+)
 def test_rule_4_7_message_send_actions_are_send_like(H, action):
     a = {"content": [{"type": "text", "text": "one"}], "details": {"ok": True, "messageId": "1"}}
     b = {"content": [{"type": "text", "text": "two"}], "details": {"ok": True, "messageId": "2"}}
@@ -379,8 +487,10 @@ def test_rule_4_7_message_send_actions_are_send_like(H, action):
     assert H("message", {"action": action, "to": "#c"}, result=b) == sha('{"ok":true}')
 
 
-@pytest.mark.parametrize("params", [{"action": "read"}, {"action": "Send"}, {"action": " send"}, {"action": "send "},
-                                    {}, {"action": ["send"]}])
+@pytest.mark.parametrize(
+    "params",
+    [{"action": "read"}, {"action": "Send"}, {"action": " send"}, {"action": "send "}, {}, {"action": ["send"]}],
+)
 def test_rule_4_7_other_message_actions_keep_full_hashing(H, params):
     res = {"content": [{"type": "text", "text": "one"}], "details": {"ok": True, "messageId": "1"}}
     assert H("message", params, result=res) == sha('{"details":{"messageId":"1","ok":true},"text":"one"}')
@@ -401,8 +511,11 @@ def test_rule_4_8_update_plan_no_special_case(H):
 
 
 def test_rule_4_9_everything_else_details_and_text(H):
-    res = {"content": [{"type": "text", "text": "line1"}, {"type": "text", "text": "line2"}],
-           "details": {"path": "/a", "bytes": 10.0}, "extra": "ignored"}
+    res = {
+        "content": [{"type": "text", "text": "line1"}, {"type": "text", "text": "line2"}],
+        "details": {"path": "/a", "bytes": 10.0},
+        "extra": "ignored",
+    }
     assert H("read", {"path": "/a"}, result=res) == sha('{"details":{"bytes":10,"path":"/a"},"text":"line1\\nline2"}')
     res2 = dict(res, extra="different", isError=True)
     assert H("read", {"path": "/a"}, result=res2) == H("read", {"path": "/a"}, result=res)
@@ -421,10 +534,10 @@ def test_rule_4_9_everything_else_details_and_text(H):
         ("", None),
         ("   \n", None),
         ("Unknown tool: Browser_Navigate", "browser_navigate"),
-        ("error: UNKNOWN TOOL \"Foo.Bar-1\" requested", "foo.bar-1"),
+        ('error: UNKNOWN TOOL "Foo.Bar-1" requested', "foo.bar-1"),
         ("Unknown tool:\n\t'web.search'", "web.search"),
         ("unknown tool   x1", "x1"),
-        ("Tool \"abc\"  is not available", "abc"),
+        ('Tool "abc"  is not available', "abc"),
         ("TOOL web_fetch NOT FOUND", "web_fetch"),
         ("failed: unknown tool: foo; also Tool bar not found", "foo"),  # first pattern wins
         ("Tool bar not found; Unknown tool: foo", "foo"),  # pattern order, not position
@@ -488,16 +601,27 @@ def test_rule_5_3_spec_examples(text, name):
 
 def test_rule_12_4_exec_volatile_metadata_ignored_only_for_known_statuses(H):
     def res(status, pid, ms):
-        details = {"pid": pid, "durationMs": ms, "sessionId": f"s{pid}", "cwd": f"/tmp/{pid}", "exitCode": 0,
-                   "aggregated": "ok", "tail": "t"}
+        details = {
+            "pid": pid,
+            "durationMs": ms,
+            "sessionId": f"s{pid}",
+            "cwd": f"/tmp/{pid}",
+            "exitCode": 0,
+            "aggregated": "ok",
+            "tail": "t",
+        }
         if status is not None:
             details["status"] = status
         return {"content": [{"type": "text", "text": f"pid {pid}"}], "details": details}
 
     for status in ("running", "completed", "failed", "approval-pending", "approval-unavailable"):
-        assert H("exec", {"command": "x"}, result=res(status, 1, 10)) == H("exec", {"command": "x"}, result=res(status, 2, 20)), status
+        assert H("exec", {"command": "x"}, result=res(status, 1, 10)) == H(
+            "exec", {"command": "x"}, result=res(status, 2, 20)
+        ), status
     for status in ("queued", None):
-        assert H("exec", {"command": "x"}, result=res(status, 1, 10)) != H("exec", {"command": "x"}, result=res(status, 2, 20)), status
+        assert H("exec", {"command": "x"}, result=res(status, 1, 10)) != H(
+            "exec", {"command": "x"}, result=res(status, 2, 20)
+        ), status
     # running: all the text is ignored, only tail counts
     a = {"content": [{"type": "text", "text": "A"}], "details": {"status": "running", "tail": "same"}}
     b = {"content": [{"type": "text", "text": "B"}], "details": {"status": "running", "tail": "same"}}

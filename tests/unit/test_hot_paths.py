@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwarden.schemas.config import FleetConfig, resolve_block
 from loopwarden.detection.history import record_call, record_outcome
 from loopwarden.detection.state import History
+from loopwarden.schemas.config import FleetConfig, resolve_block
 
 _TOOLS = ("read", "exec", "a:b")  # a colon in a tool name must not make two signatures collide
 
@@ -23,7 +23,9 @@ def _model_call(records: list, tool: str, sig: str, call_id: str | None, size: i
     del records[: max(0, len(records) - size)]
 
 
-def _model_outcome(records: list, tool: str, sig: str, call_id: str | None, result: str, unknown: str | None, size: int) -> None:
+def _model_outcome(
+    records: list, tool: str, sig: str, call_id: str | None, result: str, unknown: str | None, size: int
+) -> None:
     for rec in reversed(records):
         if rec[1] == sig and rec[3] is None and rec[0] == tool and (not call_id or rec[2] == call_id):
             rec[3], rec[4] = result, unknown
@@ -76,9 +78,9 @@ def test_payload_memo_entries_are_invisible_to_the_cyclic_gc():
     collector run several times as often. Keys and values must stay untracked objects."""
     import gc
 
-    from loopwarden.schemas.events import decode_event
     from loopwarden.detection import step
     from loopwarden.detection.payloads import HASHER
+    from loopwarden.schemas.events import decode_event
 
     fleet = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}})
     HASHER.clear()

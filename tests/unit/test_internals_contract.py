@@ -37,8 +37,19 @@ def test_consumer_thread_internals(name):
     assert callable(getattr(AIOKafkaConsumerThread, name))
 
 
-@pytest.mark.parametrize("name", ["_drain_messages", "_add_gap", "_new_consumer_thread", "ack", "crash",
-                                  "_is_changelog_tp", "pause_partitions", "resume_partitions"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_drain_messages",
+        "_add_gap",
+        "_new_consumer_thread",
+        "ack",
+        "crash",
+        "_is_changelog_tp",
+        "pause_partitions",
+        "resume_partitions",
+    ],
+)
 def test_faust_consumer_methods(name):
     from faust.transport.drivers.aiokafka import Consumer
 
@@ -49,8 +60,15 @@ def test_faust_consumer_bookkeeping_attributes_are_set_in_init():
     from faust.transport.consumer import Consumer
 
     source = inspect.getsource(Consumer.__init__)
-    for name in ("_read_offset", "_unacked_messages", "_commit_every", "_acked", "_acked_index",
-                 "_committed_offset", "_waiting_for_ack"):
+    for name in (
+        "_read_offset",
+        "_unacked_messages",
+        "_commit_every",
+        "_acked",
+        "_acked_index",
+        "_committed_offset",
+        "_waiting_for_ack",
+    ):
         assert f"self.{name}" in source, name
     assert "_n_acked" in Consumer.__annotations__  # a class-level counter, incremented by ack()
     assert "self._n_acked += 1" in inspect.getsource(Consumer.ack)
@@ -105,8 +123,12 @@ def test_end_offset_probe_uses_the_worker_security_settings():
     from loopwarden.internals.faust_consumer import probe_kwargs
     from loopwarden.worker.settings import Settings
 
-    s = Settings(broker="kafka://b1:9093,kafka://b2:9093", security_protocol="SASL_PLAINTEXT",
-                 sasl_username="u", sasl_password="p")
+    s = Settings(
+        broker="kafka://b1:9093,kafka://b2:9093",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_username="u",
+        sasl_password="p",
+    )
     kw = probe_kwargs(s)
     assert kw["bootstrap_servers"] == ["b1:9093", "b2:9093"]
     assert kw["security_protocol"] == "SASL_PLAINTEXT" and kw["sasl_plain_username"] == "u"
@@ -131,8 +153,9 @@ def test_unacked_messages_is_only_an_in_flight_test():
     from faust.transport.consumer import Consumer
 
     def code(path: pathlib.Path) -> str:
-        return "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
-                         if not line.lstrip().startswith("#"))
+        return "\n".join(
+            line for line in path.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#")
+        )
 
     files = list(pathlib.Path(faust.__file__).parent.rglob("*.py"))
     assert [p.name for p in files if "_unacked_messages" in code(p)] == ["consumer.py"]

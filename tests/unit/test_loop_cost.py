@@ -6,27 +6,51 @@ import json
 
 import pytest
 
+from loopwarden.detection import decode_state, encode_state, step
+from loopwarden.replay import BadLine, replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EventDecodeError, decode_event, state_key
-from loopwarden.detection import encode_state, decode_state, step
-from loopwarden.replay import BadLine, replay_lines
 
-LOW = {"tools": {"loopDetection": {"enabled": True, "historySize": 3, "warningThreshold": 2,
-                                   "criticalThreshold": 3, "globalCircuitBreakerThreshold": 4}}}
+LOW = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "historySize": 3,
+            "warningThreshold": 2,
+            "criticalThreshold": 3,
+            "globalCircuitBreakerThreshold": 4,
+        }
+    }
+}
 SAME = {"content": [{"type": "text", "text": "same"}]}
 
 
 def call(n, tool, params, usage=None, run="r1"):
-    e = {"type": "tool_call", "agent_id": "a", "session_id": "s", "run_id": run, "tool_call_id": f"c{n}",
-         "tool_name": tool, "params": params}
+    e = {
+        "type": "tool_call",
+        "agent_id": "a",
+        "session_id": "s",
+        "run_id": run,
+        "tool_call_id": f"c{n}",
+        "tool_name": tool,
+        "params": params,
+    }
     if usage is not None:
         e["usage"] = usage
     return e
 
 
 def result(n, tool, params, value=SAME, run="r1"):
-    return {"type": "tool_result", "agent_id": "a", "session_id": "s", "run_id": run, "tool_call_id": f"c{n}",
-            "tool_name": tool, "params": params, "result": value}
+    return {
+        "type": "tool_result",
+        "agent_id": "a",
+        "session_id": "s",
+        "run_id": run,
+        "tool_call_id": f"c{n}",
+        "tool_name": tool,
+        "params": params,
+        "result": value,
+    }
 
 
 def u(i, o, cost=None):
@@ -39,15 +63,24 @@ X = {"path": "x"}
 def loop_trace():
     """read(x) with one outcome until blocked, retried, then again after the history moved on."""
     return [
-        call(1, "read", X, u(100, 10, 0.01)), result(1, "read", X),
-        call(2, "read", X, u(100, 20)), result(2, "read", X),
-        call(3, "read", X, u(100, 30, 0.02)), result(3, "read", X),   # warning, count 2: c1+c2+c3
-        call(4, "read", X, u(100, 40)), result(4, "read", X),         # block, count 3: c4 only (c1-c3 charged)
-        call(5, "read", X, u(50, 5, 0.005)), result(5, "read", X),    # block again: c5
-        call(6, "exec", {"c": 1}, u(7, 3)), result(6, "exec", {"c": 1}, {"ok": 1}),  # not a loop
-        call(7, "exec", {"c": 2}, u(7, 3)), result(7, "exec", {"c": 2}, {"ok": 2}),
-        call(8, "exec", {"c": 3}, u(7, 3)), result(8, "exec", {"c": 3}, {"ok": 3}),
-        call(9, "read", X, u(1000, 1, 0.1)), result(9, "read", X),    # nothing fires (history moved on): charged to the block
+        call(1, "read", X, u(100, 10, 0.01)),
+        result(1, "read", X),
+        call(2, "read", X, u(100, 20)),
+        result(2, "read", X),
+        call(3, "read", X, u(100, 30, 0.02)),
+        result(3, "read", X),  # warning, count 2: c1+c2+c3
+        call(4, "read", X, u(100, 40)),
+        result(4, "read", X),  # block, count 3: c4 only (c1-c3 charged)
+        call(5, "read", X, u(50, 5, 0.005)),
+        result(5, "read", X),  # block again: c5
+        call(6, "exec", {"c": 1}, u(7, 3)),
+        result(6, "exec", {"c": 1}, {"ok": 1}),  # not a loop
+        call(7, "exec", {"c": 2}, u(7, 3)),
+        result(7, "exec", {"c": 2}, {"ok": 2}),
+        call(8, "exec", {"c": 3}, u(7, 3)),
+        result(8, "exec", {"c": 3}, {"ok": 3}),
+        call(9, "read", X, u(1000, 1, 0.1)),
+        result(9, "read", X),  # nothing fires (history moved on): charged to the block
     ]
 
 
@@ -73,8 +106,12 @@ def test_loop_tokens_and_cost_by_hand():
     ]
     assert [c for *_, c in dets] == pytest.approx([0.03, 0.03, 0.035])
     charges = [(cid, r.charge.detector, r.charge.tokens) for cid, t, r in out if r.charge is not None]
-    assert charges == [("c3", "generic_repeat", 360), ("c4", "generic_repeat", 140), ("c5", "generic_repeat", 55),
-                       ("c9", "generic_repeat", 1001)]
+    assert charges == [
+        ("c3", "generic_repeat", 360),
+        ("c4", "generic_repeat", 140),
+        ("c5", "generic_repeat", 55),
+        ("c9", "generic_repeat", 1001),
+    ]
     assert sum(t for *_, t in charges) == 360 + 140 + 55 + 1001  # c6-c8 never charged
     c9 = next(r for cid, t, r in out if cid == "c9" and t == "tool_call")
     assert c9.detections == () and c9.charge.cost == pytest.approx(0.1)
@@ -96,8 +133,16 @@ def test_a_loop_detected_again_charges_only_new_calls():
 
 
 def test_ping_pong_charges_the_alternating_tail():
-    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5,
-                                       "globalCircuitBreakerThreshold": 100}}}
+    doc = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "warningThreshold": 3,
+                "criticalThreshold": 5,
+                "globalCircuitBreakerThreshold": 100,
+            }
+        }
+    }
     A, B = ("read", {"p": "a"}), ("list", {"p": "b"})
     events = [call(0, "exec", {"warmup": 1}, u(500, 0)), result(0, "exec", {"warmup": 1}, {"r": 0})]
     for n in range(1, 5):
@@ -106,15 +151,20 @@ def test_ping_pong_charges_the_alternating_tail():
     out = drive(events, doc)
     dets = [d for *_, r in out for d in r.detections]
     # call 3 closes A,B,A (count 3): calls 1-3, not the warm-up call; call 4 (count 4) adds only itself
-    assert [(d.detector, d.count, d.loop_tokens) for d in dets] == [("ping_pong", 3, 11 + 21 + 31),
-                                                                   ("ping_pong", 4, 63 + 41)]
+    assert [(d.detector, d.count, d.loop_tokens) for d in dets] == [
+        ("ping_pong", 3, 11 + 21 + 31),
+        ("ping_pong", 4, 63 + 41),
+    ]
     assert dets[0].loop_cost is None
 
 
 def test_guard_abort_charges_the_repeated_triple_after_compaction():
     E = {"command": "make"}
-    events = [call(0, "exec", E, u(1000, 0)), result(0, "exec", E),
-              {"type": "compaction_retry", "agent_id": "a", "session_id": "s", "run_id": "r1"}]
+    events = [
+        call(0, "exec", E, u(1000, 0)),
+        result(0, "exec", E),
+        {"type": "compaction_retry", "agent_id": "a", "session_id": "s", "run_id": "r1"},
+    ]
     for n, tokens in ((1, 11), (2, 22), (3, 33)):
         events += [call(n, "exec", E, u(tokens, 0, 0.5)), result(n, "exec", E)]
     out = drive(events, {})  # enabled missing: only the guard runs
@@ -138,8 +188,15 @@ def test_replay_prints_loop_tokens(tmp_path):
     assert list(rows[0])[-3:] == ["action", "loop_tokens", "loop_cost"]
 
 
-@pytest.mark.parametrize("usage", [{"input_tokens": -1, "output_tokens": 0}, {"input_tokens": 1},
-                                   {"input_tokens": 1, "output_tokens": 1, "cost": -0.5}, "many"])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": -1, "output_tokens": 0},
+        {"input_tokens": 1},
+        {"input_tokens": 1, "output_tokens": 1, "cost": -0.5},
+        "many",
+    ],
+)
 def test_bad_usage_is_a_bad_event(usage):
     with pytest.raises(EventDecodeError):
         decode_event(json.dumps({**call(1, "read", X), "usage": usage}))

@@ -8,11 +8,11 @@ Python value prints (``1e400``, 400-digit integers).
 
 from __future__ import annotations
 
+from loopwarden.detection import engine
+from loopwarden.detection import state as state_module
+from loopwarden.replay import BadLine, replay_lines
 from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
 from loopwarden.schemas.events import decode_event
-from loopwarden.detection import state as state_module
-from loopwarden.detection import engine
-from loopwarden.replay import BadLine, replay_lines
 from tests.unit.helpers import LOW, Run, msg_unknown, sha, sig
 
 HUGE_INT = "1" + "0" * 320  # beyond the double range: Infinity in JavaScript
@@ -34,8 +34,10 @@ def call(tool_json: str, params_json: str, call_id: str | None = None) -> str:
 
 def result(tool_json: str, params_json: str, result_json: str, call_id: str | None = None) -> str:
     cid = f',"tool_call_id":"{call_id}"' if call_id else ""
-    return (f'{{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":{tool_json},"params":{params_json},'
-            f'"result":{result_json}{cid}}}')
+    return (
+        f'{{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":{tool_json},"params":{params_json},'
+        f'"result":{result_json}{cid}}}'
+    )
 
 
 # ---------------------------------------------------------------- 1. numbers beyond the double range
@@ -62,7 +64,8 @@ def test_1_negative_overflow_in_results_is_minus_infinity_and_replay_does_not_cr
     # pairs 1-3 give 3 identical outcomes; the 4th call is blocked (critical 3)
     assert crit[0]["event_index"] == 6
     assert crit[0]["warning_key"] == (
-        "generic:read:" + sig("read", '{"bigId":"Infinity"}') + ":" + sha('["-Infinity","Infinity"]'))
+        "generic:read:" + sig("read", '{"bigId":"Infinity"}') + ":" + sha('["-Infinity","Infinity"]')
+    )
 
 
 # ---------------------------------------------------------------- 2. and 7. such numbers in a config file
@@ -76,9 +79,11 @@ def test_2_overflowing_threshold_in_json_config_falls_back_to_default():
 
 def test_2_overflowing_numbers_in_json5_config_file(tmp_path):
     path = tmp_path / "c.json5"
-    path.write_text("{\n  // 1e400 in a comment stays a comment\n  tools: { loopDetection: {\n"
-                    "    enabled: true, warningThreshold: 1e400, criticalThreshold: -1e999,\n"
-                    "    historySize: 'x1e400', globalCircuitBreakerThreshold: 40,\n  } },\n}\n")
+    path.write_text(
+        "{\n  // 1e400 in a comment stays a comment\n  tools: { loopDetection: {\n"
+        "    enabled: true, warningThreshold: 1e400, criticalThreshold: -1e999,\n"
+        "    historySize: 'x1e400', globalCircuitBreakerThreshold: 40,\n  } },\n}\n"
+    )
     resolved = load_config(path).resolve("any")
     assert (resolved.warning_threshold, resolved.critical_threshold) == (10, 20)
     assert (resolved.history_size, resolved.global_circuit_breaker_threshold) == (30, 40)
@@ -145,11 +150,15 @@ def test_5_entry_without_id_applies_to_main():
 
 
 def test_5_first_matching_entry_wins_and_ids_are_trimmed_and_lowercased():
-    doc = {"agents": {"list": [
-        {"id": " Main ", "tools": {"loopDetection": {"warningThreshold": 4}}},
-        {"tools": {"loopDetection": {"warningThreshold": 5}}},
-        {"id": "\u00a0Research-Bot\u2028", "tools": {"loopDetection": {"warningThreshold": 6}}},
-    ]}}
+    doc = {
+        "agents": {
+            "list": [
+                {"id": " Main ", "tools": {"loopDetection": {"warningThreshold": 4}}},
+                {"tools": {"loopDetection": {"warningThreshold": 5}}},
+                {"id": "\u00a0Research-Bot\u2028", "tools": {"loopDetection": {"warningThreshold": 6}}},
+            ]
+        }
+    }
     config = FleetConfig.from_document(doc)
     assert config.resolve("main").warning_threshold == 4
     assert config.resolve("research-bot").warning_threshold == 6
@@ -178,16 +187,20 @@ def test_6_exec_status_with_lone_surrogate_gets_no_projection():
         feed(run, result('"exec"', '{"cmd":"ls"}', res, f"e{i}"))
     (det,) = feed(run, call('"exec"', '{"cmd":"ls"}', "e3"))
     # §4.9 fallback (details + text), not the completed projection
-    assert det.warning_key == ("generic:exec:" + sig("exec", '{"cmd":"ls"}') + ":"
-                               + sha('{"details":{"status":"completed"},"text":"x"}'))
+    assert det.warning_key == (
+        "generic:exec:" + sig("exec", '{"cmd":"ls"}') + ":" + sha('{"details":{"status":"completed"},"text":"x"}')
+    )
 
 
 def test_6_unknown_tool_name_stops_at_the_lone_surrogate():
     run = Run({"enabled": True, "unknownToolThreshold": 2})
     for i in range(2):
         feed(run, call('"dispatch"', "{}", f"u{i}"))
-        feed(run, '{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":"dispatch","tool_call_id":"u%d",'
-                  '"error":"Unknown tool: fo\\ud800o"}' % i)
+        feed(
+            run,
+            '{"type":"tool_result","agent_id":"a","run_id":"r","tool_name":"dispatch","tool_call_id":"u%d",'
+            '"error":"Unknown tool: fo\\ud800o"}' % i,
+        )
     (det,) = feed(run, call('"dispatch"', "{}", "u2"))
     assert det.warning_key == "unknown-tool:dispatch:fo"  # [a-z0-9_.-]+ ends before U+D800
     assert det.message == msg_unknown("fo", 2)
@@ -258,4 +271,3 @@ def test_10_js_blank_lines_are_skipped_and_not_counted():
     # U+001C is whitespace to Python's str.isspace() but not to trim(): a (bad) event line
     items = list(replay_lines(["\x1c"] + base, config))
     assert isinstance(items[0], BadLine) and items[1]["event_index"] == 3
-

@@ -15,17 +15,42 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loopwarden.detection import step
+from loopwarden.detection.canonical import canonical, canonical_slow
+from loopwarden.detection.payloads import call_info, load
 from loopwarden.schemas.config import FleetConfig, parse_config_text
 from loopwarden.worker.screening import screen
-from loopwarden.detection import step
-from loopwarden.detection.payloads import call_info, load
-from loopwarden.detection.canonical import canonical, canonical_slow
 
-NUMBERS = st.sampled_from([
-    "0", "-0", "-0.0", "1", "-1", "5.0", "1e400", "-1e400", "1E+400", "1e-400", "-1e-400", "1e21", "1e-7",
-    "2.5E+3", "9007199254740993", "12345678901234567890", "1" + "0" * 320, "-" + "9" * 400, "0.1", "4.35",
-    "1" + "0" * 308, "17976931348623159" + "0" * 292,
-]) | st.integers().map(str) | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+NUMBERS = (
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "-0.0",
+            "1",
+            "-1",
+            "5.0",
+            "1e400",
+            "-1e400",
+            "1E+400",
+            "1e-400",
+            "-1e-400",
+            "1e21",
+            "1e-7",
+            "2.5E+3",
+            "9007199254740993",
+            "12345678901234567890",
+            "1" + "0" * 320,
+            "-" + "9" * 400,
+            "0.1",
+            "4.35",
+            "1" + "0" * 308,
+            "17976931348623159" + "0" * 292,
+        ]
+    )
+    | st.integers().map(str)
+    | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+)
 STRINGS = st.text(max_size=6).map(lambda s: json.dumps(s, ensure_ascii=True))  # lone surrogates as escapes
 SCALARS = NUMBERS | STRINGS | st.sampled_from(["true", "false", "null"])
 
@@ -36,8 +61,12 @@ def _object(pairs):
 
 TREES = st.recursive(
     SCALARS,
-    lambda c: st.lists(c, max_size=4).map(lambda xs: ("arr", xs))
-    | st.lists(st.tuples(STRINGS | st.sampled_from(['"a"', '"b"', '"\\ud800"', '"a\\udc00"']), c), max_size=4).map(_object),
+    lambda c: (
+        st.lists(c, max_size=4).map(lambda xs: ("arr", xs))
+        | st.lists(st.tuples(STRINGS | st.sampled_from(['"a"', '"b"', '"\\ud800"', '"a\\udc00"']), c), max_size=4).map(
+            _object
+        )
+    ),
     max_leaves=12,
 )
 
@@ -68,21 +97,34 @@ def traces(draw):
         name = json.dumps(draw(NAMES), ensure_ascii=True)
         params = render(draw(TREES | st.sampled_from(['{"action":"poll"}', '{"action":"po\\ud800ll"}'])))
         cid = draw(st.sampled_from(["", f',"tool_call_id":"c{i}"', ',"tool_call_id":"\\ud800"']))
-        lines.append(f'{{"type":"tool_call","agent_id":"a\\udc00","run_id":"r","tool_name":{name},"params":{params}{cid}}}')
+        lines.append(
+            f'{{"type":"tool_call","agent_id":"a\\udc00","run_id":"r","tool_name":{name},"params":{params}{cid}}}'
+        )
         kind = draw(st.sampled_from(["result", "error", "none", "compaction"]))
         if kind == "result":
-            lines.append(f'{{"type":"tool_result","agent_id":"a\\udc00","run_id":"r","tool_name":{name},'
-                         f'"params":{params},"result":{render(draw(TREES))}{cid}}}')
+            lines.append(
+                f'{{"type":"tool_result","agent_id":"a\\udc00","run_id":"r","tool_name":{name},'
+                f'"params":{params},"result":{render(draw(TREES))}{cid}}}'
+            )
         elif kind == "error":
-            lines.append(f'{{"type":"tool_result","agent_id":"a\\udc00","run_id":"r","tool_name":{name},'
-                         f'"params":{params},"error":{render(draw(TREES))}{cid}}}')
+            lines.append(
+                f'{{"type":"tool_result","agent_id":"a\\udc00","run_id":"r","tool_name":{name},'
+                f'"params":{params},"error":{render(draw(TREES))}{cid}}}'
+            )
         elif kind == "compaction":
             lines.append('{"type":"compaction_retry","agent_id":"a\\udc00","run_id":"r"}')
     return lines
 
 
-LOW = FleetConfig({"enabled": True, "warningThreshold": 1, "criticalThreshold": 2,
-                   "globalCircuitBreakerThreshold": 3, "unknownToolThreshold": 1}).resolve("a")
+LOW = FleetConfig(
+    {
+        "enabled": True,
+        "warningThreshold": 1,
+        "criticalThreshold": 2,
+        "globalCircuitBreakerThreshold": 3,
+        "unknownToolThreshold": 1,
+    }
+).resolve("a")
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -106,15 +148,28 @@ def test_property_hashing_stable_under_key_order(tree, tool):
     assert canonical(value) == canonical_slow(value) == canonical_slow(load(backward))
 
 
-CONFIG_KEYS = st.sampled_from([
-    '"enabled"', '"historySize"', '"warningThreshold"', '"criticalThreshold"', '"unknownToolThreshold"',
-    '"globalCircuitBreakerThreshold"', '"detectors"', '"postCompactionGuard"', '"windowSize"', '"genericRepeat"',
-    '"pingPong"', '"warning\\ud800Threshold"',
-])
+CONFIG_KEYS = st.sampled_from(
+    [
+        '"enabled"',
+        '"historySize"',
+        '"warningThreshold"',
+        '"criticalThreshold"',
+        '"unknownToolThreshold"',
+        '"globalCircuitBreakerThreshold"',
+        '"detectors"',
+        '"postCompactionGuard"',
+        '"windowSize"',
+        '"genericRepeat"',
+        '"pingPong"',
+        '"warning\\ud800Threshold"',
+    ]
+)
 CONFIG_TREES = st.recursive(
     SCALARS,
-    lambda c: st.lists(c, max_size=3).map(lambda xs: ("arr", xs))
-    | st.lists(st.tuples(CONFIG_KEYS | STRINGS, c), max_size=5).map(_object),
+    lambda c: (
+        st.lists(c, max_size=3).map(lambda xs: ("arr", xs))
+        | st.lists(st.tuples(CONFIG_KEYS | STRINGS, c), max_size=5).map(_object)
+    ),
     max_leaves=10,
 )
 
@@ -122,8 +177,11 @@ CONFIG_TREES = st.recursive(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CONFIG_TREES, CONFIG_TREES, st.sampled_from(['"main"', '"\\ud800"', "null", '"  "', "5"]), st.booleans())
 def test_property_config_loader_takes_any_json(global_block, agent_block, agent_id, with_id):
-    entry = f'{{"id":{agent_id},"tools":{{"loopDetection":{render(agent_block)}}}}}' if with_id else \
-        f'{{"tools":{{"loopDetection":{render(agent_block)}}}}}'
+    entry = (
+        f'{{"id":{agent_id},"tools":{{"loopDetection":{render(agent_block)}}}}}'
+        if with_id
+        else f'{{"tools":{{"loopDetection":{render(agent_block)}}}}}'
+    )
     text = f'{{"tools":{{"loopDetection":{render(global_block)}}},"agents":{{"list":[{entry},{render(agent_block)}]}}}}'
     config = FleetConfig.from_document(parse_config_text(text))
     for agent in ("main", "\ud800", "other"):

@@ -34,4 +34,3 @@ def test_a_broker_that_is_down_fails_the_send_and_the_next_send_tries_again():
         await producer.stop()
 
     asyncio.run(go())
-

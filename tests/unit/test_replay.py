@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from loopwarden.schemas.config import load_config
 from loopwarden.replay import BadLine, replay_lines
+from loopwarden.schemas.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -26,17 +26,33 @@ CASES = {
     "guard": None,
     "malformed": "low.config.json5",
 }
-FIELD_ORDER = ["event_index", "run_id", "agent_id", "session_id", "level", "detector", "count", "warning_key",
-               "tool_name", "paired_tool_name", "message", "emitted", "action"]
+FIELD_ORDER = [
+    "event_index",
+    "run_id",
+    "agent_id",
+    "session_id",
+    "level",
+    "detector",
+    "count",
+    "warning_key",
+    "tool_name",
+    "paired_tool_name",
+    "message",
+    "emitted",
+    "action",
+]
 
 
 def expected_rows(name):
-    return [json.loads(line) for line in (DATA / f"{name}.expected.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    return [
+        json.loads(line) for line in (DATA / f"{name}.expected.jsonl").read_text(encoding="utf-8").splitlines() if line
+    ]
 
 
 def compare(actual, expected):
-    assert len(actual) == len(expected), (
-        f"{len(actual)} rows, expected {len(expected)}:\n" + "\n".join(json.dumps(a) for a in actual))
+    assert len(actual) == len(expected), f"{len(actual)} rows, expected {len(expected)}:\n" + "\n".join(
+        json.dumps(a) for a in actual
+    )
     for i, (a, e) in enumerate(zip(actual, expected)):
         a = dict(a)
         if "warning_key" not in e:
@@ -93,12 +109,16 @@ def test_cli_replay_without_config_only_guard_runs(capsys):
     # fleet.jsonl with the defaults: enabled missing -> no rolling detector; the guard is on (rule 10.1),
     # and the only armed run is agent "quiet"'s z1: its 3rd identical (read, {"path":"x"}, "same") aborts.
     lines = [line for line in (DATA / "fleet.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    quiet_results = [i for i, line in enumerate(lines)
-                     if json.loads(line).get("agent_id") == "quiet" and json.loads(line)["type"] == "tool_result"]
+    quiet_results = [
+        i
+        for i, line in enumerate(lines)
+        if json.loads(line).get("agent_id") == "quiet" and json.loads(line)["type"] == "tool_result"
+    ]
     rc, rows, _ = run_main(cli_args("fleet"), capsys)
     assert rc == 0
     assert [(r["event_index"], r["agent_id"], r["detector"], r["count"], r["action"]) for r in rows] == [
-        (quiet_results[2], "quiet", "compaction_loop_persisted", 3, "abort")]
+        (quiet_results[2], "quiet", "compaction_loop_persisted", 3, "abort")
+    ]
 
 
 def test_cli_replay_malformed_lines_reported_and_skipped(capsys):
@@ -176,7 +196,12 @@ def test_cli_replay_subprocess_output_and_no_faust():
 
 
 def test_cli_replay_as_module_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "loopwarden.cli", *cli_args("guard")], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopwarden.cli", *cli_args("guard")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     compare([json.loads(x) for x in proc.stdout.splitlines() if x.strip()], expected_rows("guard"))

@@ -12,8 +12,10 @@ from loopwarden.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
-GOOD = ('{"type": "tool_call", "agent_id": "a", "run_id": "r", "tool_name": "read", "tool_call_id": "c%d", '
-        '"params": {"path": "/x"}}')
+GOOD = (
+    '{"type": "tool_call", "agent_id": "a", "run_id": "r", "tool_name": "read", "tool_call_id": "c%d", '
+    '"params": {"path": "/x"}}'
+)
 
 
 def trace(tmp_path, lines):
@@ -39,9 +41,14 @@ def test_event_index_of_rows_counts_non_blank_lines_from_zero(tmp_path, capsys):
 
 def test_dash_reads_stdin():
     lines = "\n".join(GOOD % i for i in range(12)) + "\n"
-    proc = subprocess.run([sys.executable, "-m", "loopwarden.cli", "replay", "-", "--config",
-                           str(DATA / "enabled.config.json")], input=lines, capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopwarden.cli", "replay", "-", "--config", str(DATA / "enabled.config.json")],
+        input=lines,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines()]
     assert [r["event_index"] for r in rows] == [10, 11]
@@ -49,14 +56,14 @@ def test_dash_reads_stdin():
 
 def test_misspelled_key_is_warned_about(tmp_path, capsys):
     config = tmp_path / "c.json5"
-    config.write_text('{tools: {loopDetecton: {enabled: true}}}')
+    config.write_text("{tools: {loopDetecton: {enabled: true}}}")
     assert main(["replay", trace(tmp_path, [GOOD % 1]), "--config", str(config)]) == 0
     assert "loopDetecton: unknown key, ignored (did you mean loopDetection?)" in capsys.readouterr().err
 
 
 def test_malformed_config_names_file_and_line(tmp_path, capsys):
     config = tmp_path / "c.json5"
-    config.write_text('{\n  tools: {\n    loopDetection: { enabled: true,, },\n  },\n}\n')
+    config.write_text("{\n  tools: {\n    loopDetection: { enabled: true,, },\n  },\n}\n")
     assert main(["replay", trace(tmp_path, [GOOD % 1]), "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"loopwarden replay: {config} line 3: not valid JSON/JSON5: Stray comma"

@@ -8,8 +8,9 @@ from loopwarden.worker.settings import from_sources
 def test_run_and_fleet_tables_get_the_block_cache_and_memtable_settings(tmp_path):
     from loopwarden.worker.app import create_app
 
-    settings = from_sources({"data_dir": str(tmp_path), "rocksdb_block_cache_mb": 3,
-                             "rocksdb_write_buffer_mb": 5}, environ={})
+    settings = from_sources(
+        {"data_dir": str(tmp_path), "rocksdb_block_cache_mb": 3, "rocksdb_write_buffer_mb": 5}, environ={}
+    )
     app, rt = create_app(settings)
     tables = [rt.table.table, app.loopwarden_fleet.signatures.table, app.loopwarden_fleet.sessions.table]
     for table in tables:

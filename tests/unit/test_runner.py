@@ -7,11 +7,10 @@ import asyncio
 import msgspec
 import pytest
 
+from loopwarden.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result, wire
+from loopwarden.runner.state import RecentIds, RunState
 from loopwarden.schemas.events import decode_event, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
-from loopwarden.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result
-from loopwarden.runner import wire
-from loopwarden.runner.state import RecentIds, RunState
 
 
 def verdict(vid: str, action: str = "warn", run_id: str | None = "r1", **kw) -> Verdict:
@@ -34,11 +33,14 @@ def test_events_are_keyed_stamped_and_decode_as_wire_events():
         assert decode_event(encode_event(event)) == event and run_key(event) == "r"
 
 
-@pytest.mark.parametrize("ref,key", [
-    (wire.RunRef(agent_id="a", session_id="s", run_id="r"), "r"),
-    (wire.RunRef(agent_id="a", session_id="s", run_id="  "), "s"),
-    (wire.RunRef(agent_id="a"), "a"),
-])
+@pytest.mark.parametrize(
+    "ref,key",
+    [
+        (wire.RunRef(agent_id="a", session_id="s", run_id="r"), "r"),
+        (wire.RunRef(agent_id="a", session_id="s", run_id="  "), "s"),
+        (wire.RunRef(agent_id="a"), "a"),
+    ],
+)
 def test_run_key_matches_the_schema_rule(ref, key):
     assert ref.key == key == run_key(wire.run_end(ref))
     v = Verdict(verdict_id="x", action="allow", agent_id=ref.agent_id, session_id=ref.session_id, run_id=ref.run_id)
@@ -66,8 +68,10 @@ def test_run_state_remembers_block_abort_and_warnings():
 
 def test_blocked_tool_result_is_the_recognised_veto():
     r = blocked_tool_result("CRITICAL: stop")
-    assert r == {"content": [{"type": "text", "text": "CRITICAL: stop"}],
-                 "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL: stop"}}
+    assert r == {
+        "content": [{"type": "text", "text": "CRITICAL: stop"}],
+        "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": "CRITICAL: stop"},
+    }
     assert is_blocked_result(r)
     assert not is_blocked_result({"details": {"status": "blocked", "deniedReason": "plugin"}})
     assert not is_blocked_result("text")
@@ -125,17 +129,18 @@ async def test_verdict_stream_subscribes_when_created():
 
 
 def test_settings_from_env():
-    s = ClientSettings.from_env({"LOOPWARDEN_RUNNER_FETCH_WAIT_MS": "5", "LOOPWARDEN_RUNNER_CONTROL_TOPIC": "c"},
-                                check_timeout=0.5)
+    s = ClientSettings.from_env(
+        {"LOOPWARDEN_RUNNER_FETCH_WAIT_MS": "5", "LOOPWARDEN_RUNNER_CONTROL_TOPIC": "c"}, check_timeout=0.5
+    )
     assert (s.fetch_wait_ms, s.control_topic, s.check_timeout, s.linger_ms) == (5, "c", 0.5, 0)
     assert msgspec.structs.asdict(ClientSettings.from_env({})) == msgspec.structs.asdict(ClientSettings())
 
 
 def test_runner_and_worker_agree_on_the_run_key_for_odd_run_ids():
     """One rule: a run id blank only to JavaScript (BOM) is no run id on both sides."""
-    from loopwarden.schemas.events import ToolCall, run_key
     from loopwarden.devtools.simulate import run_key as sim_key
     from loopwarden.runner.wire import RunRef
+    from loopwarden.schemas.events import ToolCall, run_key
 
     for run_id in ("\ufeff", " r1 ", "\u2028", "", None, "r1"):
         ref = RunRef(agent_id="a", session_id="s", run_id=run_id)
@@ -166,7 +171,10 @@ async def test_an_abort_that_answers_a_gate_is_remembered():
     assert (d.action, d.source, d.verdict) == ("abort", "aborted", abort)
     after = client.stats
     assert (after.events_sent, after.send_errors, after.fail_open_error) == (
-        before["events_sent"], before["send_errors"], before["fail_open_error"])
+        before["events_sent"],
+        before["send_errors"],
+        before["fail_open_error"],
+    )
 
 
 class _AgentText(str):
@@ -196,12 +204,19 @@ async def test_unencodable_payloads_never_raise_and_fallbacks_are_counted():
         def __repr__(self) -> str:
             return "<Opaque>"
 
-    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     client = LoopClient(bootstrap="kafka://127.0.0.1:1")
     run = client.run("a", run_id="r1")
-    value = {"text": _AgentText("done"), "when": when, "raw": b"\x00\xff", "row": Row(1, when.date()),
-             "model": Model(name="m", tags={"t"}), "path": pathlib.PurePosixPath("/tmp/x"),
-             _AgentText("key"): 1, "opaque": Opaque()}
+    value = {
+        "text": _AgentText("done"),
+        "when": when,
+        "raw": b"\x00\xff",
+        "row": Row(1, when.date()),
+        "model": Model(name="m", tags={"t"}),
+        "path": pathlib.PurePosixPath("/tmp/x"),
+        _AgentText("key"): 1,
+        "opaque": Opaque(),
+    }
     call = run.call("read", value)  # params
     decoded = msgspec.json.decode(bytes(call.params))
     assert decoded["text"] == "done" and decoded["key"] == 1  # a str subclass is its text, not its repr
@@ -221,8 +236,9 @@ async def test_unencodable_payloads_never_raise_and_fallbacks_are_counted():
 
 
 def test_a_verdict_ack_passes_through_the_engine_untouched():
+    from loopwarden.detection import RunState as EngineState
+    from loopwarden.detection import encode_state, step
     from loopwarden.schemas.config import FleetConfig
-    from loopwarden.detection import RunState as EngineState, encode_state, step
 
     ref = wire.RunRef(agent_id="a", run_id="r1")
     ack = decode_event(encode_event(wire.verdict_ack(ref, "t:0:5:0", "applied", "block: tool not run")))
@@ -271,9 +287,10 @@ async def test_start_with_no_broker_fails_open_unless_required():
     d = await client.run("a", run_id="r1").check("read", {"p": 1})
     assert (d.action, d.source) == ("allow", "closed") and client.stats.fail_open == 1
     await client.close()
-    with pytest.raises(Exception):
-        await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000,
-                                          require_broker=True).start(), 30)
+    with pytest.raises(Exception):  # noqa: B017 (whatever aiokafka raises for a dead broker)
+        await asyncio.wait_for(
+            LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000, require_broker=True).start(), 30
+        )
 
 
 async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
@@ -287,8 +304,9 @@ async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
         async def send(self, topic, value, key=None):
             call_id = decode_event(value).tool_call_id
             loop.call_soon(client._on_verdict, b"r1", verdict("b", "block", tool_call_id=call_id))
-            loop.call_soon(client._on_verdict, b"r1",
-                           verdict("e", "abort", tool_call_id=call_id, detector="escalation"))
+            loop.call_soon(
+                client._on_verdict, b"r1", verdict("e", "abort", tool_call_id=call_id, detector="escalation")
+            )
             done = loop.create_future()
             done.set_result(None)
             return done
@@ -311,18 +329,25 @@ async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
 async def test_the_listener_drops_other_runs_verdicts_on_their_key_without_decoding():
     from types import SimpleNamespace
 
-    from loopwarden.schemas.verdicts import encode_verdict
     from loopwarden.runner.listener import VerdictListener
+    from loopwarden.schemas.verdicts import encode_verdict
 
     client = LoopClient(ClientSettings())  # not started: the listener is fed by hand
     mine = client.run("a", run_id="r1")
     got: list[str] = []
-    listener = VerdictListener(ClientSettings(), lambda key, v: got.append(v.verdict_id), client._on_undecodable,
-                               client._wants, client._on_foreign)
-    records = [SimpleNamespace(key=b"r1", value=encode_verdict(verdict("v1", "warn"))),
-               SimpleNamespace(key=b"someone-else", value=b"not even JSON"),  # never decoded
-               SimpleNamespace(key=b"gated", value=encode_verdict(verdict("v2", "allow", run_id="gated"))),
-               SimpleNamespace(key=None, value=encode_verdict(verdict("v3", "warn", run_id="keyless")))]
+    listener = VerdictListener(
+        ClientSettings(),
+        lambda key, v: got.append(v.verdict_id),
+        client._on_undecodable,
+        client._wants,
+        client._on_foreign,
+    )
+    records = [
+        SimpleNamespace(key=b"r1", value=encode_verdict(verdict("v1", "warn"))),
+        SimpleNamespace(key=b"someone-else", value=b"not even JSON"),  # never decoded
+        SimpleNamespace(key=b"gated", value=encode_verdict(verdict("v2", "allow", run_id="gated"))),
+        SimpleNamespace(key=None, value=encode_verdict(verdict("v3", "warn", run_id="keyless"))),
+    ]
     client._waiting["gated"] = 1  # a gate of this client waits on run "gated"
 
     class Consumer:

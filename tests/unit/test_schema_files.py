@@ -15,8 +15,13 @@ def test_checked_in_schema_is_current(name):
 
 def test_event_schema_describes_the_five_types():
     schema = json.loads((export.HERE / "event.schema.json").read_text())
-    assert set(schema["discriminator"]["mapping"]) == {"tool_call", "tool_result", "compaction_retry", "run_end",
-                                                       "verdict_ack"}
+    assert set(schema["discriminator"]["mapping"]) == {
+        "tool_call",
+        "tool_result",
+        "compaction_retry",
+        "run_end",
+        "verdict_ack",
+    }
     ack = schema["$defs"]["VerdictAck"]
     assert set(ack["required"]) == {"type", "agent_id", "verdict_id", "outcome"}
     assert ack["properties"]["outcome"]["enum"] == ["applied", "failed"]

@@ -4,8 +4,8 @@ import ssl
 
 import pytest
 
-from loopwarden.runner.settings import ClientSettings
 from loopwarden.kafka.connection import SecurityError, faust_credentials, kafka_auth
+from loopwarden.runner.settings import ClientSettings
 from loopwarden.worker.settings import Settings, from_sources
 
 
@@ -15,11 +15,19 @@ def test_plaintext_adds_nothing():
 
 
 def test_sasl_plaintext_from_environment():
-    env = {"LOOPWARDEN_SECURITY_PROTOCOL": "sasl_plaintext", "LOOPWARDEN_SASL_MECHANISM": "scram-sha-512",
-           "LOOPWARDEN_SASL_USERNAME": "lw", "LOOPWARDEN_SASL_PASSWORD": "s3cret"}
+    env = {
+        "LOOPWARDEN_SECURITY_PROTOCOL": "sasl_plaintext",
+        "LOOPWARDEN_SASL_MECHANISM": "scram-sha-512",
+        "LOOPWARDEN_SASL_USERNAME": "lw",
+        "LOOPWARDEN_SASL_PASSWORD": "s3cret",
+    }
     s = from_sources(None, env)
-    assert kafka_auth(s) == {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
-                             "sasl_plain_username": "lw", "sasl_plain_password": "s3cret"}
+    assert kafka_auth(s) == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "lw",
+        "sasl_plain_password": "s3cret",
+    }
     creds = faust_credentials(s)
     assert (creds.username, creds.password, creds.mechanism.value) == ("lw", "s3cret", "SCRAM-SHA-512")
     assert creds.protocol.value == "SASL_PLAINTEXT"
@@ -45,8 +53,15 @@ def test_ssl_only_and_the_runner_uses_the_same_rules():
     [
         ({"security_protocol": "TLS"}, "security_protocol"),
         ({"security_protocol": "SASL_SSL", "sasl_username": "u"}, "sasl_password"),
-        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI", "sasl_username": "u",
-          "sasl_password": "p"}, "sasl_mechanism"),
+        (
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "GSSAPI",
+                "sasl_username": "u",
+                "sasl_password": "p",
+            },
+            "sasl_mechanism",
+        ),
         ({"security_protocol": "SSL", "ssl_certfile": "/c.pem"}, "ssl_keyfile"),
     ],
 )

@@ -9,17 +9,16 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwarden.schemas.config import FleetConfig
 from loopwarden.detection import step
 from loopwarden.detection.state import MAX_SEEN_EVENT_IDS, RunState, decode_state, encode_state
+from loopwarden.schemas.config import FleetConfig
 from tests.unit.helpers import event
 
 CONFIG = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}}).resolve("a")
 
 
 def call(event_id: str):
-    return event("tool_call", agent_id="a", run_id="r", tool_name="read", params={"p": event_id},
-                 event_id=event_id)
+    return event("tool_call", agent_id="a", run_id="r", tool_name="read", params={"p": event_id}, event_id=event_id)
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,11 +8,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
-from loopwarden.schemas.events import decode_event, encode_event, state_key
 from loopwarden.detection import RunState, encode_state, step
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import BadLine, replay_lines
+from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
+from loopwarden.schemas.events import decode_event, encode_event, state_key
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 IDENTITY = ("detector", "level", "count", "warning_key", "message", "tool_name", "action")
@@ -72,8 +72,14 @@ def test_shadowed_block_leaves_the_run_as_if_nothing_fired():
     # unable to fire (thresholds out of reach).
     events = []
     for i in range(30):
-        common = {"agent_id": "a", "session_id": "s", "run_id": "r", "tool_name": "read",
-                  "tool_call_id": f"c{i}", "params": {"path": "x"}}
+        common = {
+            "agent_id": "a",
+            "session_id": "s",
+            "run_id": "r",
+            "tool_name": "read",
+            "tool_call_id": f"c{i}",
+            "params": {"path": "x"},
+        }
         events.append({"type": "tool_call", **common})
         events.append({"type": "tool_result", **common, "result": {"content": [{"type": "text", "text": "same"}]}})
     lines = [json.dumps(e).encode() for e in events]
@@ -87,7 +93,12 @@ def test_shadowed_block_leaves_the_run_as_if_nothing_fired():
         return state
 
     low = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3, "globalCircuitBreakerThreshold": 4}
-    never = {"enabled": True, "warningThreshold": 1000, "criticalThreshold": 2000, "globalCircuitBreakerThreshold": 3000}
+    never = {
+        "enabled": True,
+        "warningThreshold": 1000,
+        "criticalThreshold": 2000,
+        "globalCircuitBreakerThreshold": 3000,
+    }
     shadowed = final_state({"tools": {"loopDetection": low}, "loopwarden": {"shadow": True}})
     enforced = final_state({"tools": {"loopDetection": low}})
     unreachable = final_state({"tools": {"loopDetection": never}})
@@ -128,8 +139,11 @@ def test_switching_an_agent_from_shadow_to_enforce_takes_effect_on_its_next_even
     config = FleetConfig.from_document(doc)
     lines = fleet_lines()
     events = [decode_event(line) for line in lines if line.strip()]
-    coder_blocks = [i for i, r in ((r["event_index"], r) for r in rows(lines, FleetConfig.from_document(fleet_doc())))
-                    if r["agent_id"] == "coder" and r["action"] == "block"]
+    coder_blocks = [
+        i
+        for i, r in ((r["event_index"], r) for r in rows(lines, FleetConfig.from_document(fleet_doc())))
+        if r["agent_id"] == "coder" and r["action"] == "block"
+    ]
     switch_at = coder_blocks[0]  # switch just before the first block coder would get
     states: dict = {}
     seen = []
@@ -169,8 +183,17 @@ def test_state_without_usage_encodes_as_before_the_usage_slot():
     assert states
     for state in states.values():
         assert state.usage is None
-        legacy = [state.history, state.buckets, state.guard, state.blocked, state.seen, state.blocked_without_id,
-                  state.blocked_overflow, state.joined, state.enforcement]
+        legacy = [
+            state.history,
+            state.buckets,
+            state.guard,
+            state.blocked,
+            state.seen,
+            state.blocked_without_id,
+            state.blocked_overflow,
+            state.joined,
+            state.enforcement,
+        ]
         assert encode_state(state) == msgspec.msgpack.encode(legacy)
         assert msgspec.msgpack.decode(encode_state(state), type=RunState) == state
     assert encode_event(decode_event(fleet_lines()[0])).find(b"usage") == -1

@@ -8,8 +8,14 @@ from loopwarden.devtools.simulate import ack_for, register
 
 
 def _verdict(i: int, action: str = "block", type_: str = "verdict") -> dict:
-    return {"type": type_, "verdict_id": f"agent.events:0:{i}:0", "action": action, "agent_id": "a",
-            "session_id": "s", "run_id": f"r{i}"}
+    return {
+        "type": type_,
+        "verdict_id": f"agent.events:0:{i}:0",
+        "action": action,
+        "agent_id": "a",
+        "session_id": "s",
+        "run_id": f"r{i}",
+    }
 
 
 def test_acks_a_stable_share_of_warn_block_abort_verdicts_and_fails_some():
@@ -26,7 +32,11 @@ def test_acks_a_stable_share_of_warn_block_abort_verdicts_and_fails_some():
     for verdict, ack in zip(verdicts, acks):
         if ack is not None:
             assert (ack.verdict_id, ack.agent_id, ack.session_id, ack.run_id) == (
-                verdict["verdict_id"], "a", "s", verdict["run_id"])
+                verdict["verdict_id"],
+                "a",
+                "s",
+                verdict["run_id"],
+            )
 
 
 def test_allow_verdicts_and_violation_records_get_no_ack():

@@ -8,9 +8,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import BadLine, replay_lines
+from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.tune import grid, memo_room, parse_sweep, prepare, tune
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
@@ -63,8 +63,12 @@ def test_fleet_trace_by_hand():
     prep = prepare((DATA / "fleet.jsonl").read_bytes().splitlines())
     setting = tune(prep, load_config(DATA / "fleet.config.json5"), grid([])).settings[0]
     assert {d: c.blocked for d, c in setting.by_detector.items()} == {
-        "generic_repeat": 2, "global_circuit_breaker": 1, "known_poll_no_progress": 1, "ping_pong": 1,
-        "unknown_tool_repeat": 1}
+        "generic_repeat": 2,
+        "global_circuit_breaker": 1,
+        "known_poll_no_progress": 1,
+        "ping_pong": 1,
+        "unknown_tool_repeat": 1,
+    }
     assert setting.fleet.warned == 0 and setting.fleet.aborted == 0
     assert setting.by_detector["generic_repeat"].cut_calls == 3  # r1's block and retry, clamped's block
     assert setting.by_agent["clamped"].first_block_call == 5
@@ -81,17 +85,21 @@ def test_usage_totals_in_tune_match_the_engine_fixture():
     assert (g.first_warn_call, g.first_block_call) == (None, 4)  # the count-2 warning is below the bucket
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("warningThreshold=5:8", ("warningThreshold", [5, 6, 7, 8])),
-    ("criticalThreshold=10:40:10", ("criticalThreshold", [10, 20, 30, 40])),
-    ("postCompactionGuard.windowSize=2,4", ("postCompactionGuard.windowSize", [2, 4])),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("warningThreshold=5:8", ("warningThreshold", [5, 6, 7, 8])),
+        ("criticalThreshold=10:40:10", ("criticalThreshold", [10, 20, 30, 40])),
+        ("postCompactionGuard.windowSize=2,4", ("postCompactionGuard.windowSize", [2, 4])),
+    ],
+)
 def test_parse_sweep(spec, expected):
     assert parse_sweep(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["enabled=1:2", "warningThreshold", "warningThreshold=a:b", "historySize=5:1",
-                                  "historySize=1:5:0"])
+@pytest.mark.parametrize(
+    "spec", ["enabled=1:2", "warningThreshold", "warningThreshold=a:b", "historySize=5:1", "historySize=1:5:0"]
+)
 def test_parse_sweep_rejects(spec):
     with pytest.raises(ValueError):
         parse_sweep(spec)
@@ -109,11 +117,27 @@ def test_cli_json_and_plot(tmp_path, capsys):
     png = tmp_path / "sweep.png"
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(b"\n".join(synthetic(6)))
-    assert main(["tune", str(tmp_path), "--config", str(DATA / "enabled.config.json"), "--json",
-                 "--sweep", "warningThreshold=4:6", "criticalThreshold=20,30", "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                str(tmp_path),
+                "--config",
+                str(DATA / "enabled.config.json"),
+                "--json",
+                "--sweep",
+                "warningThreshold=4:6",
+                "criticalThreshold=20,30",
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert [s["knobs"] for s in report["settings"]] == [
-        {"warningThreshold": w, "criticalThreshold": c} for w in (4, 5, 6) for c in (20, 30)]
+        {"warningThreshold": w, "criticalThreshold": c} for w in (4, 5, 6) for c in (20, 30)
+    ]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["tune", str(trace), "--sweep", "nope=1:2"]) == 2
 

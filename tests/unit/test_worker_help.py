@@ -21,7 +21,7 @@ def test_flag_order_broker_first_security_last():
     flags = [a.option_strings[0] for a in parser()._actions if a.option_strings and a.dest != "help"]
     security = {"--" + f.name.replace("_", "-") for f in msgspec.structs.fields(SecuritySettings)}
     assert flags[0] == "--broker"
-    assert set(flags[-len(security):]) == security
+    assert set(flags[-len(security) :]) == security
 
 
 def test_booleans_are_switches_and_env_still_works():

@@ -9,11 +9,11 @@ import json
 import msgspec
 import pytest
 
-from loopwarden.schemas.events import EventDecodeError, decode_event
-from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
-from loopwarden.worker.configfeed import block_of
 from loopwarden.detection import RunState
+from loopwarden.schemas.events import EventDecodeError, decode_event
+from loopwarden.worker.configfeed import block_of
 from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
+from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
 from loopwarden.worker.settings import Settings, add_arguments, env_name, from_sources
 
 CALL = {"type": "tool_call", "agent_id": "a", "run_id": " r1 ", "tool_name": "read"}
@@ -23,8 +23,9 @@ def _raw(**extra) -> bytes:
     return json.dumps({**CALL, **extra}).encode()
 
 
-@pytest.mark.parametrize("text, depth", [("{}", 1), ("[[1], {\"a\": [2]}]", 3), ('{"s": "[[[[{{{"}', 1),
-                                         ('["\\"[[["]', 1), ("1", 0)])
+@pytest.mark.parametrize(
+    "text, depth", [("{}", 1), ('[[1], {"a": [2]}]', 3), ('{"s": "[[[[{{{"}', 1), ('["\\"[[["]', 1), ("1", 0)]
+)
 def test_nesting_depth_ignores_brackets_in_strings(text, depth):
     assert nesting_depth(text.encode()) == depth
 
@@ -47,8 +48,14 @@ def test_screen_limits_before_decoding():
 def test_dead_letter_value_carries_position_and_raw_bytes():
     raw = b"\xff not json"
     letter = json.loads(dead_letter_value(EventDecodeError("bad_json", "x"), "t", 3, 42, raw))
-    assert letter == {"reason": "bad_json", "detail": "x", "topic": "t", "partition": 3, "offset": 42,
-                      "raw": base64.b64encode(raw).decode()}
+    assert letter == {
+        "reason": "bad_json",
+        "detail": "x",
+        "topic": "t",
+        "partition": 3,
+        "offset": 42,
+        "raw": base64.b64encode(raw).decode(),
+    }
 
 
 def test_state_key_and_value_round_trip():

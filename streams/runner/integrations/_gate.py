@@ -36,16 +36,17 @@ def block_message(decision: Decision) -> str:
 class Gate:
     """Runs by key (registered once, bounded), decisions for calls that have not finished yet."""
 
-    def __init__(self, client: "LoopClient", *, timeout: float | None = None, max_runs: int = 4096,
-                 max_pending: int = 4096) -> None:
+    def __init__(
+        self, client: LoopClient, *, timeout: float | None = None, max_runs: int = 4096, max_pending: int = 4096
+    ) -> None:
         self.client = client
         self.timeout = timeout
-        self._runs: OrderedDict[str, "Run"] = OrderedDict()
+        self._runs: OrderedDict[str, Run] = OrderedDict()
         self._max_runs = max(1, max_runs)
         self._pending: OrderedDict[str, Decision] = OrderedDict()
         self._max_pending = max(1, max_pending)
 
-    def run(self, ref: "RunRef") -> "Run":
+    def run(self, ref: RunRef) -> Run:
         run = self._runs.get(ref.key)
         if run is None:
             run = self._runs[ref.key] = self.client.run(ref.agent_id, ref.session_id, ref.run_id)
@@ -56,7 +57,7 @@ class Gate:
             self._runs.move_to_end(ref.key)
         return run
 
-    async def check(self, ref: "RunRef", tool_name: str, args: Any, call_id: str | None) -> Decision:
+    async def check(self, ref: RunRef, tool_name: str, args: Any, call_id: str | None) -> Decision:
         """Gate one call (never raises: loopwarden trouble allows the call)."""
         try:
             return await self.run(ref).check(tool_name, args, tool_call_id=call_id, timeout=self.timeout)
@@ -69,17 +70,18 @@ class Gate:
         """The call did not run: publish the veto as its result (acks the block/abort)."""
         await self._quiet(self.client.tool_result(decision, result=decision.blocked_result()))
 
-    async def finished(self, decision: Decision, *, result: Any = UNSET, error: Any = UNSET,
-                       warned: bool = False) -> None:
+    async def finished(
+        self, decision: Decision, *, result: Any = UNSET, error: Any = UNSET, warned: bool = False
+    ) -> None:
         """The call ran: publish its outcome; ack a warning that reached the model with it."""
         await self._quiet(self.client.tool_result(decision, result=result, error=error))
         if warned and decision.action == "warn" and decision.verdict is not None:
             await self._quiet(self.client.ack(decision.verdict, "applied", "warning appended to the call's result"))
 
-    async def compaction_retry(self, ref: "RunRef", reason: str | None = None) -> None:
+    async def compaction_retry(self, ref: RunRef, reason: str | None = None) -> None:
         await self._quiet(self.run(ref).compaction_retry(reason))
 
-    async def end(self, ref: "RunRef") -> None:
+    async def end(self, ref: RunRef) -> None:
         """Publish ``run_end`` (acks an abort) and forget the run."""
         run = self._runs.pop(ref.key, None) or self.client.run(ref.agent_id, ref.session_id, ref.run_id)
         await self._quiet(run.end())

@@ -30,7 +30,8 @@ the LangGraph runtime or tool runtime returning a
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import ToolMessage
@@ -75,8 +76,15 @@ def _with_note(message: Any, note: str) -> Any:
 class LoopwardenMiddleware(AgentMiddleware):
     """Gate every tool call of a ``create_agent`` agent; end the run on abort."""
 
-    def __init__(self, client: Any, agent_id: str = "langchain", *, resolve: Resolve | None = None,
-                 timeout: float | None = None, end_runs: bool = True) -> None:
+    def __init__(
+        self,
+        client: Any,
+        agent_id: str = "langchain",
+        *,
+        resolve: Resolve | None = None,
+        timeout: float | None = None,
+        end_runs: bool = True,
+    ) -> None:
         super().__init__()
         self.gate = Gate(client, timeout=timeout)
         self.agent_id = agent_id
@@ -98,8 +106,9 @@ class LoopwardenMiddleware(AgentMiddleware):
         decision = await self.gate.check(ref, call["name"], call.get("args") or {}, call.get("id"))
         if not decision.proceed:
             await self.gate.refused(decision)
-            return ToolMessage(content=block_message(decision), tool_call_id=call["id"], name=call["name"],
-                               status="error")
+            return ToolMessage(
+                content=block_message(decision), tool_call_id=call["id"], name=call["name"], status="error"
+            )
         try:
             message = await handler(request)
         except Exception as exc:
@@ -108,8 +117,11 @@ class LoopwardenMiddleware(AgentMiddleware):
         if isinstance(message, ToolMessage) and message.status == "error":
             await self.gate.finished(decision, error=message.content)
         else:
-            await self.gate.finished(decision, result=message.content if isinstance(message, ToolMessage)
-                                     else message, warned=decision.action == "warn")
+            await self.gate.finished(
+                decision,
+                result=message.content if isinstance(message, ToolMessage) else message,
+                warned=decision.action == "warn",
+            )
         if decision.action == "warn":
             message = _with_note(message, warning_note(decision))
         return message

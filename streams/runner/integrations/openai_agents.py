@@ -34,11 +34,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agents import Agent, FunctionTool, RunConfig
-from agents.tool_guardrails import (ToolGuardrailFunctionOutput, ToolInputGuardrail, ToolInputGuardrailData,
-                                    ToolOutputGuardrail, ToolOutputGuardrailData)
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+    ToolOutputGuardrail,
+    ToolOutputGuardrailData,
+)
 from agents.tracing import get_current_trace
 
 from loopwarden.runner.integrations._gate import Gate, block_message, warning_note
@@ -59,8 +65,9 @@ def _params(arguments: Any) -> Any:
 class LoopwardenGuardrails:
     """The guardrails and error formatter of one client; :func:`guard_agent` attaches them."""
 
-    def __init__(self, client: Any, agent_id: str | None = None, *, resolve: Resolve | None = None,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self, client: Any, agent_id: str | None = None, *, resolve: Resolve | None = None, timeout: float | None = None
+    ) -> None:
         self.gate = Gate(client, timeout=timeout)
         self.agent_id = agent_id
         self._resolve = resolve
@@ -132,8 +139,9 @@ class LoopwardenGuardrails:
         warned = decision.action == "warn"
         await self.gate.finished(decision, result=data.output, warned=warned)
         if warned:
-            return ToolGuardrailFunctionOutput.reject_content(f"{data.output}{warning_note(decision)}",
-                                                              output_info=decision)
+            return ToolGuardrailFunctionOutput.reject_content(
+                f"{data.output}{warning_note(decision)}", output_info=decision
+            )
         return ToolGuardrailFunctionOutput.allow(output_info=decision)
 
     async def compaction_retry(self, ref: RunRef, reason: str | None = None) -> None:

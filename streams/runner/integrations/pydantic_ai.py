@@ -23,7 +23,8 @@ generates). Pass ``resolve=`` (a function of the ``RunContext`` returning a
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ToolReturn
@@ -37,8 +38,15 @@ Resolve = Callable[[Any], RunRef]
 class LoopwardenCapability(AbstractCapability[Any]):
     """Gate every tool call of a PydanticAI agent; cancel the run on abort."""
 
-    def __init__(self, client: Any, agent_id: str | None = None, *, resolve: Resolve | None = None,
-                 timeout: float | None = None, end_runs: bool = True) -> None:
+    def __init__(
+        self,
+        client: Any,
+        agent_id: str | None = None,
+        *,
+        resolve: Resolve | None = None,
+        timeout: float | None = None,
+        end_runs: bool = True,
+    ) -> None:
         self.gate = Gate(client, timeout=timeout)
         self.agent_id = agent_id
         self._resolve = resolve
@@ -62,8 +70,7 @@ class LoopwardenCapability(AbstractCapability[Any]):
             if self.end_runs:
                 await asyncio.shield(self.gate.end(self.ref(ctx)))
 
-    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: dict[str, Any],
-                                handler: Any) -> Any:
+    async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: dict[str, Any], handler: Any) -> Any:
         decision = await self.gate.check(self.ref(ctx), call.tool_name, call.args_as_dict(), call.tool_call_id)
         if not decision.proceed:
             await self.gate.refused(decision)

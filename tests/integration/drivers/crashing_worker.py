@@ -17,11 +17,11 @@ from pathlib import Path
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     service, delay = sys.argv[1], float(sys.argv[2])
-    argv = sys.argv[sys.argv.index("--") + 1:]
+    argv = sys.argv[sys.argv.index("--") + 1 :]
 
     import loopwarden.worker.app as app_module
-    from loopwarden.internals.faust_table import fetcher_service
     from loopwarden.cli import main as cli_main
+    from loopwarden.internals.faust_table import fetcher_service
 
     real_create_app = app_module.create_app
 
@@ -31,8 +31,11 @@ def main() -> int:
         @app.task
         async def crash_later() -> None:
             await asyncio.sleep(delay)
-            target = {"fetcher": lambda: fetcher_service(app), "consumer": lambda: app.consumer,
-                      "producer": lambda: app.producer}[service]()
+            target = {
+                "fetcher": lambda: fetcher_service(app),
+                "consumer": lambda: app.consumer,
+                "producer": lambda: app.producer,
+            }[service]()
             await target.crash(RuntimeError(f"forced {service} crash"))
 
         return app, rt
