@@ -17,7 +17,14 @@ from typing import Any
 
 import msgspec
 
-from loopwarden.schemas.extensions import DEFAULT_EXTENSIONS, Extensions, overlay_extensions, resolve_extensions
+from loopwarden.schemas.extensions import (
+    DEFAULT_EXTENSIONS,
+    OBSERVED_ORIGINS,
+    Extensions,
+    observed,
+    overlay_extensions,
+    resolve_extensions,
+)
 from loopwarden.schemas.jsvalues import js_double, js_trim
 
 DEFAULT_HISTORY_SIZE = 30
@@ -155,6 +162,7 @@ class FleetConfig:
         "agent_ext",
         "_cache",
         "_ext_cache",
+        "_observed_cache",
         "_fleet_wide",
         "_no_block_config",
     )
@@ -173,6 +181,7 @@ class FleetConfig:
         self.agent_ext = {normalize_agent_id(k): v for k, v in (agent_ext or {}).items() if isinstance(v, dict)}
         self._cache: dict[str, ResolvedConfig] = {}
         self._ext_cache: dict[str, Extensions] = {}
+        self._observed_cache: dict[str, Extensions] = {}
         self._fleet_wide: bool | None = None
         # What every agent without a block of its own resolves to: one shared object, so the
         # per-event read of a config stays in cache however many agents the fleet has.
@@ -225,6 +234,17 @@ class FleetConfig:
                 agent = self.agent_ext.get(normalize_agent_id(agent_id))
                 cached = resolve_extensions(overlay_extensions(self.global_ext, agent))[0]
             self._ext_cache[agent_id] = cached
+        return cached
+
+    def extensions_of(self, event: Any) -> Extensions:
+        """The extensions that apply to ``event`` (or a fleet signal: anything with ``agent_id`` and
+        ``origin``): the agent's, every detector shadowed for an origin in ``OBSERVED_ORIGINS``."""
+        agent_id = event.agent_id
+        if getattr(event, "origin", None) not in OBSERVED_ORIGINS:
+            return self.extensions(agent_id)
+        cached = self._observed_cache.get(agent_id)
+        if cached is None:
+            cached = self._observed_cache[agent_id] = observed(self.extensions(agent_id))
         return cached
 
     def fleet_wide(self) -> bool:

@@ -29,6 +29,9 @@ class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=T
     run_id: str | None = None
     ts: float | None = None
     event_id: str | None = None
+    # Where the event comes from when not from a runner: "otel" (loopwarden.otel, OpenTelemetry
+    # spans) is only watched, never enforced (schemas/extensions.py, OBSERVED_ORIGINS).
+    origin: str | None = None
 
 
 _Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -104,7 +107,7 @@ DeadLetterReason = Literal[
   are not UTF-8, ``NaN``/``Infinity`` tokens, a byte-order mark.
 - ``wrong_type``: JSON, but not an object, or a field of the wrong JSON type
   (``type``/``agent_id`` not a string; ``session_id``, ``run_id``, ``event_id``,
-  ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
+  ``origin``, ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
   a number or null; ``await_decision`` not a boolean).
 - ``missing_field``: ``type`` or ``agent_id`` absent or null.
 - ``unknown_type``: ``type`` is a string, but not one of the event types, as sent

@@ -71,6 +71,18 @@ class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
 
 
 DEFAULT_EXTENSIONS = Extensions()
+
+OBSERVED_ORIGINS = frozenset({"otel"})
+"""Event origins (``origin`` of an event) whose runs loopwarden only watches: every detection of
+theirs is shadowed, whatever ``loopwarden.shadow`` says. A run seen through its OpenTelemetry spans
+(``loopwarden spans``) has already made its calls, and no runner listens for its verdicts."""
+
+
+def observed(ext: Extensions) -> Extensions:
+    """``ext`` with every detector shadowed: the settings of a run seen only from outside."""
+    return ext if ext.shadow is True else msgspec.structs.replace(ext, shadow=True)
+
+
 _SECTIONS = {"incidents": Incidents, "crossRun": CrossRun, "escalation": Escalation}
 
 

@@ -63,6 +63,7 @@ class FinishedRun(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", t
     records: int
     session_id: str | None = None
     run_id: str | None = None
+    origin: str | None = None  # the run's events' origin: "otel" runs are only watched (shadowed)
 
 
 Signal = JoinSignal | FinishedRun

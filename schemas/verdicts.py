@@ -66,6 +66,7 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"
     shadow: bool = False  # only on the shadow topic: recorded, not enforced
     loop_tokens: int | None = None
     loop_cost: float | None = None
+    origin: str | None = None  # the triggering event's origin ("otel": a run seen through its spans)
 
 
 class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict_violation"):

@@ -129,7 +129,7 @@ def replay_lines(
         before = states.get(key)
         found = enforcement.violation(before, event)
         result = (
-            step(before, event, config.resolve(event.agent_id), ext=config.extensions(event.agent_id))
+            step(before, event, config.resolve(event.agent_id), ext=config.extensions_of(event))
             if fleet is None
             else fleet.step(before, event)
         )

@@ -86,6 +86,7 @@ def observe(
                 event_ts=newest.ts,
                 ts=newest.ts,
                 shadow=shadow,
+                origin=run.origin,
             )
         )
     return st, verdicts

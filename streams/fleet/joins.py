@@ -146,6 +146,7 @@ def run_signals(
                 records=n,
                 session_id=event.session_id,
                 run_id=event.run_id,
+                origin=event.origin,
             )
         ]
     if isinstance(event, ToolResult) and ext.incidents.enabled and result.state is not None:

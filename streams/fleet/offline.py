@@ -35,7 +35,7 @@ class FleetSide:
     def receive(self, signal: Signal) -> list[Incident | Verdict]:
         out: list[Incident | Verdict] = list(self.advance(signal.ts))
         if isinstance(signal, FinishedRun):
-            ext = self.config.extensions(signal.agent_id)
+            ext = self.config.extensions_of(signal)
             st, verdicts = crossrun.observe(
                 self.sessions.get(signal.session_key), signal, ext.cross_run, ext.shadowed("cross_run_repeat")
             )
@@ -78,13 +78,13 @@ class FleetTrace:
 
     def step(self, state: RunState | None, event: Event) -> StepResult:
         aid = event.agent_id
-        return fleet_step(state, event, self.config.resolve(aid), self.config.extensions(aid), self.board)
+        return fleet_step(state, event, self.config.resolve(aid), self.config.extensions_of(event), self.board)
 
     def after(self, state_in: RunState | None, event: Event, result: StepResult) -> list[Incident | Verdict]:
         side = self.side
         out: list[Incident | Verdict] = list(side.advance(event.ts)) if event.ts is not None else []
         now = side.watermark if side.watermark > -math.inf else 0.0
-        for signal in run_signals(state_in, event, result, self.config.extensions(event.agent_id), now):
+        for signal in run_signals(state_in, event, result, self.config.extensions_of(event), now):
             out += side.receive(signal)
         for record in out:
             if isinstance(record, Incident):

@@ -101,8 +101,7 @@ AfterStepFn = Callable[[Any, Any, Any], list]
 
 
 def default_step(state: Any, event: Any, fleet: FleetConfig) -> Any:
-    agent = event.agent_id
-    return step(state, event, fleet.resolve(agent), ext=fleet.extensions(agent))
+    return step(state, event, fleet.resolve(event.agent_id), ext=fleet.extensions_of(event))
 
 
 def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verdict:
@@ -126,6 +125,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
         shadow=det.shadow,
         loop_tokens=det.loop_tokens,
         loop_cost=det.loop_cost,
+        origin=event.origin,
     )
 
 
@@ -253,9 +253,9 @@ def apply_batch(
     values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
     writes: dict[tuple[int, bytes], RunValue | None] = {}
     positions: dict[int, int] = {}
-    # (agent, session, run) -> (Kafka key, table key, config, extensions): all four derive from those
-    # ids alone (one fleet config per batch), so they are worked out once per run per batch, not per event.
-    keys: dict[tuple[str, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
+    # (agent, session, run, origin) -> (Kafka key, table key, config, extensions): all four derive from
+    # those (one fleet config per batch), so they are worked out once per run per batch, not per event.
+    keys: dict[tuple[str, str | None, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
     plain = stepper is default_step  # no fleet hooks: step() with the memoized settings, one call less
     control, shadow_topic = limits.control_topic, limits.shadow_topic
     max_bytes, max_depth = limits.max_event_bytes, limits.max_depth
@@ -282,15 +282,14 @@ def apply_batch(
             continue
         cls = type(event)
         types[_TAGS[cls]] += 1
-        ids = (event.agent_id, event.session_id, event.run_id)
+        ids = (event.agent_id, event.session_id, event.run_id, event.origin)
         known = keys.get(ids)
         if known is None:
-            agent = event.agent_id
             known = keys[ids] = (
                 run_key(event).encode(),
                 state_key(event),
-                fleet.resolve(agent),
-                fleet.extensions(agent),
+                fleet.resolve(event.agent_id),
+                fleet.extensions_of(event),  # an observed origin (spans): every detection shadowed
             )
         rkey = known[0]
         if key is not None and key != rkey:

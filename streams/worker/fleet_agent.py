@@ -144,14 +144,14 @@ class FleetRuntime:
         """``step()`` plus the fleet response while an incident is open (else exactly the default step)."""
         if not self.board:
             return default_step(state, event, fleet)
-        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions(event.agent_id), self.board)
+        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions_of(event), self.board)
 
     def after_step(self, state_in: RunState | None, event: Event, result: StepResult) -> list:
         """This step's signals for the repartition topics, as (topic, key, value) records to publish
         before the state that remembers them is written (the committer's order)."""
         if not isinstance(event, (ToolResult, RunEnd)):
             return []
-        signals = run_signals(state_in, event, result, self.fleet().extensions(event.agent_id), time.time())
+        signals = run_signals(state_in, event, result, self.fleet().extensions_of(event), time.time())
         out = []
         for signal in signals:
             joined = isinstance(signal, JoinSignal)
@@ -197,7 +197,7 @@ class FleetRuntime:
         if not isinstance(run, FinishedRun):
             return
         stored = self.sessions.get(partition, key)
-        ext = self.fleet().extensions(run.agent_id)
+        ext = self.fleet().extensions_of(run)  # a run seen through its spans: shadowed
         shadow = ext.shadowed("cross_run_repeat")  # recorded on the shadow topic; the runner hears nothing
         st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run, shadow)
         topic = self.settings.shadow_topic if shadow else self.settings.control_topic
