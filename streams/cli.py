@@ -17,6 +17,7 @@ COMMANDS = (
     ("config", "loopwarden.config_command"),
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
+    ("spans", "loopwarden.otel.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
     ("bench", "loopwarden.bench.command"),

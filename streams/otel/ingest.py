@@ -1,0 +1,196 @@
+"""``loopwarden spans``: a small consumer that turns the Collector's span topic into ``agent.events``.
+
+Why a consumer of its own and not a Faust agent in the worker: the exporter
+keys its records by nothing (or by trace id), so a request holds spans of
+many runs in no useful partition. The events must be re-keyed by run
+(:func:`loopwarden.schemas.events.run_key`) before the worker sees them, or a
+run's calls would be spread over partitions and workers. Publishing them to
+``agent.events`` does exactly that, through the path every runner uses, and
+leaves the worker's batch path, its ordering and its crash safety untouched;
+a span burst or a hostile request costs this process, not the worker's
+event loop. It needs aiokafka and ``opentelemetry-proto`` only (extra ``otel``).
+
+Delivery is at least once: a batch's events and dead letters are delivered
+before its offsets are committed. A span read twice gives the same
+``event_id`` values, which the worker drops as duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers
+from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans
+from loopwarden.otel.spans import SpanDecodeError, decode_spans
+from loopwarden.schemas.events import encode_event, run_key
+from loopwarden.schemas.jsvalues import json_bytes
+from loopwarden.schemas.verdicts import DeadLetter
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "LOOPWARDEN_SPANS_"
+
+
+class SpanSettings(SecuritySettings, kw_only=True):
+    bootstrap: str = "127.0.0.1:9092"
+    spans_topic: str = "otlp_spans"  # the Kafka exporter's default traces topic
+    encoding: str = "otlp_proto"  # or otlp_json: the exporter's `traces::encoding`
+    events_topic: str = "agent.events"
+    dead_letter_topic: str = "loopwarden.dead-letter"
+    group_id: str = "loopwarden-spans"
+    start: str = "latest"  # where a new group starts: latest (monitor from now on) or earliest
+    max_request_bytes: int = 8_388_608  # a record larger than this is dead-lettered (too_large)
+    max_spans: int = 20_000  # spans per record; more: the record is dead-lettered
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES  # arguments/results larger: sent as a digest
+    max_records: int = 500  # records per fetch
+    fetch_wait_ms: int = 100
+    stats_interval: float = 60.0  # seconds between log lines of counts (0: none)
+    client_id: str = "loopwarden-spans"
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None, **overrides: Any) -> SpanSettings:
+        """``overrides`` > ``LOOPWARDEN_SPANS_<FIELD>`` env vars > defaults."""
+        environ = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for field in msgspec.structs.fields(cls):
+            key = ENV_PREFIX + field.name.upper()
+            if overrides.get(field.name) is not None:
+                raw[field.name] = overrides[field.name]
+            elif key in environ:
+                raw[field.name] = environ[key]
+        return msgspec.convert(raw, cls, strict=False)
+
+
+class Out(msgspec.Struct, frozen=True):
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+class SpanCounts(msgspec.Struct, kw_only=True):
+    """What the consumer did (logged every ``stats_interval``)."""
+
+    records: int = 0
+    spans: int = 0
+    tool_spans: int = 0
+    run_ends: int = 0
+    events: int = 0
+    dead: Counter = msgspec.field(default_factory=Counter)  # reason
+
+
+def _dead_letter(reason: str, detail: str, record: Any, raw: bytes | None) -> bytes:
+    return json_bytes(
+        DeadLetter(
+            reason=reason,
+            detail=detail[:1000],
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            raw=raw or b"",
+        )
+    )
+
+
+def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = None) -> list[Out]:
+    """One exporter record -> the events (keyed by run) and dead letters to publish, in order."""
+    counts = counts if counts is not None else SpanCounts()
+    counts.records += 1
+    dlq = settings.dead_letter_topic
+    try:
+        spans = decode_spans(record.value, settings.encoding, settings.max_request_bytes, settings.max_spans)
+    except SpanDecodeError as exc:
+        counts.dead[exc.reason] += 1
+        return [Out(dlq, record.key, _dead_letter(exc.reason, exc.detail, record, record.value))]
+    counts.spans += len(spans)
+    mapped = map_spans(spans, settings.max_payload_bytes)
+    counts.tool_spans += mapped.tool_spans
+    counts.run_ends += mapped.run_ends
+    counts.events += len(mapped.events)
+    out = [Out(settings.events_topic, run_key(e).encode(), encode_event(e)) for e in mapped.events]
+    for bad in mapped.rejected:
+        counts.dead[bad.reason] += 1
+        out.append(Out(dlq, record.key, _dead_letter(bad.reason, bad.detail, record, bad.span.raw)))
+    return out
+
+
+class SpanIngest:
+    """The consumer loop: fetch, translate, deliver everything, then commit."""
+
+    def __init__(self, settings: SpanSettings) -> None:
+        self.settings = settings
+        self.counts = SpanCounts()
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+        s = self.settings
+        if s.start not in ("latest", "earliest"):
+            raise ValueError(f"start must be latest or earliest, not {s.start!r}")
+        auth = kafka_auth(s)
+        consumer = AIOKafkaConsumer(
+            s.spans_topic,
+            bootstrap_servers=servers(s.bootstrap),
+            group_id=s.group_id,
+            client_id=s.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset=s.start,
+            fetch_max_wait_ms=s.fetch_wait_ms,
+            max_partition_fetch_bytes=max(1_048_576, s.max_request_bytes + 1024),
+            fetch_max_bytes=max(52_428_800, s.max_request_bytes + 1024),
+            **auth,
+        )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=servers(s.bootstrap),
+            client_id=s.client_id,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=5,
+            max_request_size=max(1_048_576, s.max_request_bytes + 65_536),
+            **auth,
+        )
+        await producer.start()
+        try:
+            await consumer.start()
+            try:
+                await self._loop(consumer, producer)
+            finally:
+                await consumer.stop()
+        finally:
+            await producer.stop()
+
+    async def _loop(self, consumer: Any, producer: Any) -> None:
+        s = self.settings
+        logged = time.monotonic()
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            while not self._stop.is_set():
+                fetch = asyncio.ensure_future(consumer.getmany(timeout_ms=500, max_records=s.max_records))
+                await asyncio.wait({fetch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    fetch.cancel()
+                    break
+                batch = fetch.result()
+                outgoing: list[Out] = []
+                for records in batch.values():
+                    for record in records:
+                        outgoing += translate(record, s, self.counts)
+                deliveries = [await producer.send(o.topic, o.value, key=o.key) for o in outgoing]
+                await asyncio.gather(*deliveries)  # delivered before the offsets that produced them commit
+                if batch:
+                    await consumer.commit()
+                if s.stats_interval and time.monotonic() - logged >= s.stats_interval:
+                    logged = time.monotonic()
+                    log.info("spans: %s", msgspec.json.encode(self.counts).decode())
+        finally:
+            stopped.cancel()
