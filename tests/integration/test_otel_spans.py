@@ -1,0 +1,207 @@
+"""Zero-code monitoring end to end: a looping PydanticAI agent instrumented only with OpenTelemetry.
+
+Its spans, recorded by the OpenTelemetry SDK and encoded as OTLP protobuf by
+the OTLP exporters' encoder (what the Collector's Kafka exporter writes), are
+produced to a span topic on Tansu; ``loopwarden spans`` (a real subprocess)
+turns them into events for a real worker with fleet incidents on. Checked:
+
+- the worker's verdicts are on the shadow topic only, marked ``shadow`` and
+  ``origin: "otel"``, and equal ``loopwarden replay`` over the events the span
+  adapter sent;
+- they are the detections the native PydanticAI adapter's events would give
+  in shadow mode (the documented limit: a run seen through spans is only
+  watched, and each loop is seen after its calls ended);
+- the detection is on the worker's ``/metrics`` with its detector (what the
+  dashboard plots), and the two looping agents join one fleet incident;
+- a record that is not a trace export is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+pytest.importorskip("opentelemetry.proto")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.common")
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai.messages import ToolCallPart, ToolReturnPart  # noqa: E402
+
+from loopwarden.otel.ingest import SpanSettings, translate  # noqa: E402
+from loopwarden.replay import replay_lines  # noqa: E402
+from loopwarden.schemas.config import FleetConfig  # noqa: E402
+from tests.unit.helpers import Rec  # noqa: E402
+from tests.unit.otel_helpers import Recorder, export_request, looping_agent  # noqa: E402
+
+from .support import REPO, collect, decode_verdicts, produce, ready_worker  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CALLS = 25  # OpenClaw's defaults: a warning at 10 identical calls, critical at 20
+INCIDENTS = {"enabled": True, "minStreak": 3, "minRuns": 2, "minAgents": 2, "window": 600}
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"incidents": INCIDENTS}}
+FIELDS = (
+    "detector",
+    "level",
+    "count",
+    "action",
+    "message",
+    "warning_key",
+    "tool_name",
+    "agent_id",
+    "session_id",
+    "run_id",
+)
+
+
+@pytest.fixture(scope="module")
+def worker(tansu, tmp_path_factory):
+    yield from ready_worker(tansu, tmp_path_factory.mktemp("otel-worker"), "otel", CONFIG)
+
+
+class SpansProcess:
+    """``loopwarden spans`` as a child process, stopped by SIGTERM."""
+
+    def __init__(self, tansu: str, worker, spans_topic: str, log_path) -> None:
+        names = worker.names
+        self.args = [
+            sys.executable,
+            "-m",
+            "loopwarden.cli",
+            "spans",
+            "--bootstrap",
+            tansu,
+            "--spans-topic",
+            spans_topic,
+            "--events-topic",
+            names.events,
+            "--dead-letter-topic",
+            names.dead_letter,
+            "--group-id",
+            f"spans-{uuid.uuid4().hex[:8]}",
+            "--start",
+            "earliest",
+        ]
+        self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        finally:
+            self.log.close()
+
+
+def run_agent(name: str, conversation: str) -> tuple[bytes, object]:
+    """One looping run; its spans as one OTLP protobuf export request, and the run's result."""
+    recorder = Recorder(f"{name}-service")
+    result = looping_agent(recorder, CALLS, {"q": "job 42"}, name=name).run_sync("poll", conversation_id=conversation)
+    return export_request(recorder.take()).SerializeToString(), result
+
+
+def native_events(name: str, result) -> list[dict]:
+    """What loopwarden's PydanticAI adapter (LoopwardenCapability) publishes for the same run."""
+    ref = {"agent_id": name, "session_id": result.conversation_id, "run_id": result.run_id}
+    returns = {
+        p.tool_call_id: p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)
+    }
+    out = []
+    for m in result.all_messages():
+        for p in m.parts:
+            if isinstance(p, ToolCallPart):
+                base = {**ref, "tool_name": p.tool_name, "tool_call_id": p.tool_call_id, "params": p.args_as_dict()}
+                out += [
+                    {"type": "tool_call", **base},
+                    {"type": "tool_result", **base, "result": returns[p.tool_call_id]},
+                ]
+    return out + [{"type": "run_end", **ref}]
+
+
+def rows(lines: list[str], config: FleetConfig) -> list[dict]:
+    return [r for r in replay_lines(lines, config) if isinstance(r, dict) and r["emitted"]]
+
+
+def test_a_looping_agent_seen_only_through_its_spans(tansu, worker, tmp_path):
+    names = worker.names
+    spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
+    agents = [("poller-a", f"conv-{uuid.uuid4().hex[:8]}"), ("poller-b", f"conv-{uuid.uuid4().hex[:8]}")]
+    runs = [run_agent(name, conv) for name, conv in agents]
+    garbage = b"\x0a\xff\xff\xff\xff definitely not a trace export"
+    records = [(None, garbage)] + [(None, raw) for raw, _ in runs]
+    asyncio.run(produce(tansu, spans_topic, records))
+
+    spans = SpansProcess(tansu, worker, spans_topic, tmp_path / "spans.log")
+    try:
+        # the events the adapter sends, as its own pure translation gives them
+        settings = SpanSettings(events_topic=names.events, dead_letter_topic=names.dead_letter)
+        sent = [o for i, (_, raw) in enumerate(records) for o in translate(Rec(spans_topic, 0, i, None, raw), settings)]
+        events = [o.value.decode() for o in sent if o.topic == names.events]
+        assert len(events) == 2 * (2 * CALLS + 1)
+        expected = rows(events, FleetConfig.from_document(CONFIG))
+        assert expected
+
+        shadow = decode_verdicts(collect(tansu, names.shadow, lambda recs: len(recs) >= len(expected), timeout=90))
+        got = [v for _, v in shadow]
+        assert len(got) == len(expected)
+        assert all(v["shadow"] is True and v["origin"] == "otel" for v in got)
+        for run in {r["run_id"] for r in expected}:
+            mine = [v for v in got if v["run_id"] == run]
+            assert [[v[f] for f in FIELDS] for v in mine] == [
+                [r.get(f) for f in FIELDS] for r in expected if r["run_id"] == run
+            ]
+
+        # the same detections as the native adapter's events, in shadow (a span's run is only watched)
+        shadowed = FleetConfig.from_document({**CONFIG, "loopwarden": {**CONFIG["loopwarden"], "shadow": True}})
+        for (name, _conv), (_raw, result) in zip(agents, runs):
+            native = rows([json.dumps(e) for e in native_events(name, result)], shadowed)
+            mine = [v for v in got if v["run_id"] == result.run_id]
+            assert [[v[f] for f in FIELDS] for v in mine] == [[r.get(f) for f in FIELDS] for r in native]
+        assert {(v["detector"], v["level"]) for v in got} == {
+            ("generic_repeat", "warning"),
+            ("generic_repeat", "critical"),
+        }
+
+        # nothing enforced: the control topic stays silent
+        assert not decode_verdicts(collect(tansu, names.control, idle=1.0, timeout=5))
+
+        # the dashboard's series: detections by detector, in shadow mode
+        worker.wait_metric("loopwarden_detections_total", len(expected))
+        metrics = worker.metrics()
+        critical = [
+            v
+            for k, v in metrics.items()
+            if k.startswith("loopwarden_detections_total{")
+            and 'detector="generic_repeat"' in k
+            and 'level="critical"' in k
+            and 'mode="shadow"' in k
+        ]
+        assert sum(critical) >= CALLS - 20 + 1
+
+        # the two agents' runs join one fleet incident
+        incidents = collect(
+            tansu,
+            names.incidents,
+            lambda recs: any(json.loads(r.value).get("state") == "open" for r in recs),
+            timeout=60,
+        )
+        opened = [json.loads(r.value) for r in incidents if json.loads(r.value).get("state") == "open"]
+        assert len(opened) == 1
+        assert set(opened[0]["agent_ids"]) == {"poller-a", "poller-b"}
+        assert set(opened[0]["run_keys"]) == {result.run_id for _raw, result in runs}
+        assert opened[0]["tool_name"] == "lookup" and opened[0]["sample"] == '"status: pending"'
+        worker.wait_metric("loopwarden_incidents_total", 1)
+
+        # the record that was not a trace export
+        dead = [json.loads(r.value) for r in collect(tansu, names.dead_letter, lambda recs: len(recs) >= 1, timeout=30)]
+        assert [d["reason"] for d in dead] == ["otel_bad_request"]
+        assert dead[0]["topic"] == spans_topic
+    finally:
+        assert spans.stop() == 0
