@@ -39,11 +39,23 @@ SPAN_DEAD_LETTER_REASONS = (
     "otel_field_too_long",  # an id or name longer than MAX_ID_CHARS
 )
 
-# Field sources, first present wins (blank strings count as absent).
+# Field sources, first present wins (blank or redacted strings count as absent).
 TOOL_NAME = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
 CALL_ID = ("gen_ai.tool.call.id", "tool.id")
-ARGUMENTS = ("gen_ai.tool.call.arguments", "tool_arguments", "input.value", "traceloop.entity.input")
-RESULT = ("gen_ai.tool.call.result", "tool_response", "output.value", "traceloop.entity.output")
+ARGUMENTS = (
+    "gen_ai.tool.call.arguments",
+    "tool_arguments",  # PydanticAI before instrumentation version 3
+    "gcp.vertex.agent.tool_call_args",  # Google ADK
+    "input.value",
+    "traceloop.entity.input",
+)
+RESULT = (
+    "gen_ai.tool.call.result",
+    "tool_response",
+    "gcp.vertex.agent.tool_response",
+    "output.value",
+    "traceloop.entity.output",
+)
 AGENT = ("gen_ai.agent.name", "gen_ai.agent.id", "agent.name", "agent_name", "traceloop.workflow.name")
 SESSION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")
 RUN = ("gen_ai.agent.call.id",)  # PydanticAI's run id; else the trace id
@@ -71,11 +83,15 @@ def _first(attrs: dict[str, Any], names: tuple[str, ...]) -> Any:
     return _source(attrs, names)[1]
 
 
+# What instrumentations write in place of content they hide (OpenInference's TraceConfig): absent.
+REDACTED = frozenset({"", "__REDACTED__"})
+
+
 def _source(attrs: dict[str, Any], names: tuple[str, ...]) -> tuple[str, Any]:
-    """(attribute name, value) of the first of ``names`` present and not blank; ("", None) if none."""
+    """(attribute name, value) of the first of ``names`` present, not blank, not redacted; ("", None) if none."""
     for name in names:
         value = attrs.get(name)
-        if value is not None and value != "":
+        if value is not None and not (isinstance(value, str) and value in REDACTED):
             return name, value
     return "", None
 

@@ -42,6 +42,9 @@ WANTED = frozenset(
         "tool_arguments",
         "tool_response",
         "agent_name",
+        # Google ADK (its tool spans follow the GenAI conventions but for arguments and result)
+        "gcp.vertex.agent.tool_call_args",
+        "gcp.vertex.agent.tool_response",
         # OpenInference
         "openinference.span.kind",
         "tool.name",

@@ -248,3 +248,32 @@ def test_spans_of_one_request_are_ordered_by_time_calls_at_start_results_at_end(
     events = map_spans(decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100)).events
     assert [type(e).__name__ for e in events] == ["ToolCall", "ToolResult"] * 3 + ["RunEnd"]
     assert [e.tool_call_id for e in events[:6:2]] == ["call_0", "call_1", "call_2"]
+
+
+def test_redacted_arguments_are_no_arguments():
+    doc = fixture("openinference.otlp.json")
+    for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for a in span["attributes"]:
+            if a["key"] == "input.value":
+                a["value"] = {"stringValue": "__REDACTED__"}  # OPENINFERENCE_HIDE_INPUTS=true
+    mapped = map_spans(decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100))
+    assert [r.reason for r in mapped.rejected] == ["otel_no_arguments"] * 4
+    assert [type(e).__name__ for e in mapped.events] == ["RunEnd"]
+
+
+def test_google_adk_arguments_and_response():
+    doc = fixture("pydantic_ai.otlp.json")
+    for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for a in span["attributes"]:
+            a["key"] = {
+                "gen_ai.tool.call.arguments": "gcp.vertex.agent.tool_call_args",
+                "gen_ai.tool.call.result": "gcp.vertex.agent.tool_response",
+            }.get(a["key"], a["key"])
+    assert brief(events_of_doc(doc))[:2] == brief(events_of("pydantic_ai.otlp.json", "otlp_json"))[:2]
+
+
+def events_of_doc(doc: dict) -> list[dict]:
+    return [
+        json.loads(encode_event(e))
+        for e in map_spans(decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100)).events
+    ]
