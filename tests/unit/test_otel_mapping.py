@@ -277,3 +277,12 @@ def events_of_doc(doc: dict) -> list[dict]:
         json.loads(encode_event(e))
         for e in map_spans(decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100)).events
     ]
+
+
+def test_the_documented_dead_letter_reasons_are_the_ones_used():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "streams" / "otel" / "OTEL.md").read_text()
+    section = doc.split("## Dead letters", 1)[1]
+    rows = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert rows == ["empty", "too_large", *SPAN_DEAD_LETTER_REASONS]
