@@ -83,9 +83,18 @@ class SpanCounts(msgspec.Struct, kw_only=True):
     run_ends: int = 0
     events: int = 0
     dead: Counter = msgspec.field(default_factory=Counter)  # reason
+    publish_retries: int = 0
+    publish_dropped: int = 0  # records the broker refuses for good (too large, forbidden topic)
+
+
+MAX_DEAD_LETTER_RAW = 524_288  # raw bytes kept in a dead letter; a larger record is described, not copied
 
 
 def _dead_letter(reason: str, detail: str, record: Any, raw: bytes | None) -> bytes:
+    raw = raw or b""
+    if len(raw) > MAX_DEAD_LETTER_RAW:
+        detail = f"{detail[:900]} [raw bytes omitted: {len(raw)} bytes]"
+        raw = b""
     return json_bytes(
         DeadLetter(
             reason=reason,
@@ -93,7 +102,7 @@ def _dead_letter(reason: str, detail: str, record: Any, raw: bytes | None) -> by
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,
-            raw=raw or b"",
+            raw=raw,
         )
     )
 
@@ -109,14 +118,20 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
         counts.dead[exc.reason] += 1
         return [Out(dlq, record.key, _dead_letter(exc.reason, exc.detail, record, record.value))]
     counts.spans += len(spans)
-    mapped = map_spans(spans, settings.max_payload_bytes)
+    try:
+        mapped = map_spans(spans, settings.max_payload_bytes)
+    except Exception as exc:  # a bug in the mapping must not stop the span stream
+        log.exception("mapping failed at %s:%s:%s", record.topic, record.partition, record.offset)
+        counts.dead["engine_error"] += 1
+        detail = f"{type(exc).__name__}: {exc}"
+        return [Out(dlq, record.key, _dead_letter("engine_error", detail, record, record.value))]
     counts.tool_spans += mapped.tool_spans
     counts.run_ends += mapped.run_ends
     counts.events += len(mapped.events)
     out = [Out(settings.events_topic, run_key(e).encode(), encode_event(e)) for e in mapped.events]
     for bad in mapped.rejected:
         counts.dead[bad.reason] += 1
-        out.append(Out(dlq, record.key, _dead_letter(bad.reason, bad.detail, record, bad.span.raw)))
+        out.append(Out(dlq, record.key, _dead_letter(bad.reason, bad.detail, record, bad.span.raw())))
     return out
 
 
@@ -185,12 +200,55 @@ class SpanIngest:
                 for records in batch.values():
                     for record in records:
                         outgoing += translate(record, s, self.counts)
-                deliveries = [await producer.send(o.topic, o.value, key=o.key) for o in outgoing]
-                await asyncio.gather(*deliveries)  # delivered before the offsets that produced them commit
+                if not await self._deliver(producer, outgoing):
+                    break  # stopped during a broker outage: the batch is read again after the restart
                 if batch:
-                    await consumer.commit()
+                    await consumer.commit()  # only what is delivered
                 if s.stats_interval and time.monotonic() - logged >= s.stats_interval:
                     logged = time.monotonic()
                     log.info("spans: %s", msgspec.json.encode(self.counts).decode())
         finally:
             stopped.cancel()
+
+    async def _deliver(self, producer: Any, outgoing: list[Out]) -> bool:
+        """Deliver every record, retrying what failed for a reason that passes (a broker outage) with
+        capped backoff; a record the broker refuses for good is logged, counted and skipped, so one
+        record cannot stop the stream. False if stopped before everything was delivered."""
+        from aiokafka.errors import KafkaTimeoutError  # not marked retriable, but what a broker outage raises
+
+        pending = outgoing
+        backoff = 0.2
+        while pending:
+            futures = []
+            for o in pending:
+                try:
+                    futures.append(await producer.send(o.topic, o.value, key=o.key))
+                except Exception as exc:  # noqa: BLE001 - sorted below, like a failed delivery
+                    futures.append(exc)
+            results = await asyncio.gather(
+                *(f for f in futures if not isinstance(f, Exception)), return_exceptions=True
+            )
+            it = iter(results)
+            outcomes = [f if isinstance(f, Exception) else next(it) for f in futures]
+            retry = []
+            for o, outcome in zip(pending, outcomes):
+                if not isinstance(outcome, Exception):
+                    continue
+                if getattr(outcome, "retriable", False) or isinstance(
+                    outcome, (KafkaTimeoutError, TimeoutError, ConnectionError)
+                ):
+                    retry.append(o)
+                else:
+                    self.counts.publish_dropped += 1
+                    log.error("dropped a record for %s the broker refuses: %r", o.topic, outcome)
+            if retry:
+                self.counts.publish_retries += len(retry)
+                log.warning("retrying %d records in %.1f s", len(retry), backoff)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+                    return False
+                except TimeoutError:
+                    pass
+                backoff = min(backoff * 2, 5.0)
+            pending = retry
+        return True

@@ -102,7 +102,14 @@ class Span(msgspec.Struct, kw_only=True):
     status_message: str
     events: list[SpanEvent]
     resource: dict[str, Any]
-    raw: bytes  # this span as it was encoded, for its dead letter
+    source: Any = None  # the decoded span (protobuf message or JSON object), for its dead letter
+
+    def raw(self) -> bytes:
+        """This span alone, in its record's encoding (only a dead letter needs it)."""
+        src = self.source
+        if src is None:
+            return b""
+        return src.SerializeToString() if hasattr(src, "SerializeToString") else _json_encoder.encode(src)
 
 
 def _wanted(key: str) -> bool:
@@ -167,7 +174,7 @@ def _decode_proto(raw: bytes, max_spans: int) -> list[Span]:
                             for e in s.events[:MAX_EVENTS]
                         ],
                         resource=resource,
-                        raw=s.SerializeToString(),
+                        source=s,
                     )
                 )
     return out
@@ -209,11 +216,18 @@ def _str(value: Any) -> str:
 
 
 def _json_value(value: Any, depth: int = 0) -> Any:
+    """An OTLP/JSON ``AnyValue``; a value of the wrong JSON type is None (never an object taken whole)."""
     if not isinstance(value, dict):
         return None
-    for camel, snake in (("stringValue", "string_value"), ("boolValue", "bool_value"), ("doubleValue", "double_value")):
-        if camel in value or snake in value:
-            return _get(value, camel, snake)
+    if "stringValue" in value or "string_value" in value:
+        text = _get(value, "stringValue", "string_value")
+        return text if isinstance(text, str) else None
+    if "boolValue" in value or "bool_value" in value:
+        flag = _get(value, "boolValue", "bool_value")
+        return flag if isinstance(flag, bool) else None
+    if "doubleValue" in value or "double_value" in value:
+        number = _get(value, "doubleValue", "double_value")
+        return number if isinstance(number, (int, float)) and not isinstance(number, bool) else None
     if "intValue" in value or "int_value" in value:
         raw = _get(value, "intValue", "int_value")
         if isinstance(raw, str):
@@ -221,9 +235,10 @@ def _json_value(value: Any, depth: int = 0) -> Any:
                 return int(raw) if len(raw) <= 24 else None
             except ValueError:
                 return None
-        return raw if isinstance(raw, int) else None
+        return raw if isinstance(raw, int) and not isinstance(raw, bool) else None
     if "bytesValue" in value or "bytes_value" in value:
-        return _get(value, "bytesValue", "bytes_value")
+        data = _get(value, "bytesValue", "bytes_value")
+        return data if isinstance(data, str) else None
     if depth >= MAX_VALUE_DEPTH:
         return None
     array = _get(value, "arrayValue", "array_value")
@@ -299,7 +314,7 @@ def _decode_json(raw: bytes, max_spans: int) -> list[Span]:
                     for e in events
                 ],
                 resource=resource,
-                raw=_json_encoder.encode(s),
+                source=s,
             )
         )
     return out

@@ -149,7 +149,7 @@ def test_unmappable_tool_spans_are_dead_lettered_with_their_reason(encoding):
     if encoding == "otlp_proto":
         from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-        assert Span.FromString(letters[1].raw).name == "execute_tool lookup"
+        assert Span.FromString(letters[1].raw).name == "execute_tool lookup"  # noqa: E501
     else:
         assert json.loads(letters[1].raw)["name"] == "execute_tool lookup"
     assert {d.reason for d in letters} <= set(SPAN_DEAD_LETTER_REASONS)
@@ -285,4 +285,19 @@ def test_the_documented_dead_letter_reasons_are_the_ones_used():
     doc = (Path(__file__).resolve().parents[2] / "streams" / "otel" / "OTEL.md").read_text()
     section = doc.split("## Dead letters", 1)[1]
     rows = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
-    assert rows == ["empty", "too_large", *SPAN_DEAD_LETTER_REASONS]
+    assert rows == ["empty", "too_large", *SPAN_DEAD_LETTER_REASONS, "engine_error"]
+
+
+def test_otlp_json_values_of_the_wrong_type_are_not_taken():
+    doc = fixture("pydantic_ai.otlp.json")
+    for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for a in span["attributes"]:
+            if a["key"] == "gen_ai.tool.name":
+                a["value"] = {"stringValue": {"nested": [[[["deep"]]]]}}
+    mapped = map_spans(decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100))
+    # the span names its tool in its name too: the attribute of the wrong type is ignored, not used
+    assert {getattr(e, "tool_name", None) for e in mapped.events} == {"lookup", None}
+    span = next(
+        s for s in decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100) if s.name.startswith("execute")
+    )
+    assert span.attributes["gen_ai.tool.name"] is None
