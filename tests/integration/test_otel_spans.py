@@ -69,7 +69,7 @@ def worker(tansu, tmp_path_factory):
 class SpansProcess:
     """``loopwarden spans`` as a child process, stopped by SIGTERM."""
 
-    def __init__(self, tansu: str, worker, spans_topic: str, log_path) -> None:
+    def __init__(self, tansu: str, worker, spans_topic: str, log_path, encoding: str = "otlp_proto") -> None:
         names = worker.names
         self.args = [
             sys.executable,
@@ -88,6 +88,8 @@ class SpansProcess:
             f"spans-{uuid.uuid4().hex[:8]}",
             "--start",
             "earliest",
+            "--encoding",
+            encoding,
         ]
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ)
@@ -203,5 +205,34 @@ def test_a_looping_agent_seen_only_through_its_spans(tansu, worker, tmp_path):
         dead = [json.loads(r.value) for r in collect(tansu, names.dead_letter, lambda recs: len(recs) >= 1, timeout=30)]
         assert [d["reason"] for d in dead] == ["otel_bad_request"]
         assert dead[0]["topic"] == spans_topic
+    finally:
+        assert spans.stop() == 0
+
+
+def test_otlp_json_records_give_the_same_verdicts(tansu, worker, tmp_path):
+    """The exporter's other encoding, end to end: the shadow verdicts of one run equal replay's."""
+    from tests.unit.otel_helpers import to_otlp_json
+
+    names = worker.names
+    spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
+    recorder = Recorder("json-service")
+    result = looping_agent(recorder, 12, {"q": "job 7"}, result="still pending", name="poller-json").run_sync(
+        "poll", conversation_id=f"conv-{uuid.uuid4().hex[:8]}"
+    )
+    raw = json.dumps(to_otlp_json(export_request(recorder.take()))).encode()
+    asyncio.run(produce(tansu, spans_topic, [(None, raw)]))
+    spans = SpansProcess(tansu, worker, spans_topic, tmp_path / "spans.log", encoding="otlp_json")
+    try:
+        settings = SpanSettings(encoding="otlp_json", events_topic=names.events)
+        events = [o.value.decode() for o in translate(Rec(spans_topic, 0, 0, None, raw), settings)]
+        expected = rows(events, FleetConfig.from_document(CONFIG))
+        assert [(r["detector"], r["level"], r["count"]) for r in expected] == [("generic_repeat", "warning", 10)]
+
+        def mine(recs) -> list[dict]:
+            return [v for _, v in decode_verdicts(recs) if v["run_id"] == result.run_id]
+
+        got = mine(collect(tansu, names.shadow, lambda recs: len(mine(recs)) >= len(expected), timeout=90))
+        assert [[v[f] for f in FIELDS] for v in got] == [[r.get(f) for f in FIELDS] for r in expected]
+        assert all(v["origin"] == "otel" and v["shadow"] is True for v in got)
     finally:
         assert spans.stop() == 0
