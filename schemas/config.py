@@ -148,6 +148,9 @@ def normalize_agent_id(agent_id: str | None) -> str:
     return js_trim(agent_id or "").lower() or DEFAULT_AGENT_ID
 
 
+_OBSERVED_DEFAULT = observed(DEFAULT_EXTENSIONS)
+
+
 class FleetConfig:
     """The global block and per-agent blocks; resolves and caches per agent.
 
@@ -240,11 +243,14 @@ class FleetConfig:
         """The extensions that apply to ``event`` (or a fleet signal: anything with ``agent_id`` and
         ``origin``): the agent's, every detector shadowed for an origin in ``OBSERVED_ORIGINS``."""
         agent_id = event.agent_id
+        ext = self.extensions(agent_id)
         if getattr(event, "origin", None) not in OBSERVED_ORIGINS:
-            return self.extensions(agent_id)
+            return ext
+        if ext is DEFAULT_EXTENSIONS:
+            return _OBSERVED_DEFAULT  # no block of its own: one shared value, nothing cached per agent
         cached = self._observed_cache.get(agent_id)
         if cached is None:
-            cached = self._observed_cache[agent_id] = observed(self.extensions(agent_id))
+            cached = self._observed_cache[agent_id] = observed(ext)
         return cached
 
     def fleet_wide(self) -> bool:
