@@ -48,10 +48,7 @@ def run(args: argparse.Namespace) -> int:
     limits = ("max_request_bytes", "max_spans", "max_payload_bytes")
     overrides = {name: getattr(args, name, None) for name in fields + limits}
     try:
-        settings = SpanSettings.from_env(**overrides)
-        from loopwarden.kafka.connection import kafka_auth
-
-        kafka_auth(settings)  # contradictory TLS/SASL settings fail here, not in the first fetch
+        settings = SpanSettings.from_env(**overrides).check()  # bad settings fail here, not in the first fetch
     except Exception as exc:  # noqa: BLE001 - a settings error is reported, not a traceback
         print(f"loopwarden spans: {exc}", file=sys.stderr)
         return 2

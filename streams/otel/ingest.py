@@ -28,7 +28,7 @@ import msgspec
 
 from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers
 from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans
-from loopwarden.otel.spans import SpanDecodeError, decode_spans
+from loopwarden.otel.spans import ENCODINGS, SpanDecodeError, decode_spans
 from loopwarden.schemas.events import encode_event, run_key
 from loopwarden.schemas.jsvalues import json_bytes
 from loopwarden.schemas.verdicts import DeadLetter
@@ -53,6 +53,17 @@ class SpanSettings(SecuritySettings, kw_only=True):
     fetch_wait_ms: int = 100
     stats_interval: float = 60.0  # seconds between log lines of counts (0: none)
     client_id: str = "loopwarden-spans"
+
+    def check(self) -> SpanSettings:
+        """Raise ValueError for settings that cannot work (checked before the first fetch)."""
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, not {self.encoding!r}")
+        if self.start not in ("latest", "earliest"):
+            raise ValueError(f"start must be latest or earliest, not {self.start!r}")
+        if min(self.max_request_bytes, self.max_spans, self.max_payload_bytes, self.max_records) < 1:
+            raise ValueError("limits must be positive")
+        kafka_auth(self)  # contradictory TLS/SASL settings
+        return self
 
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides: Any) -> SpanSettings:
@@ -114,13 +125,12 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
     dlq = settings.dead_letter_topic
     try:
         spans = decode_spans(record.value, settings.encoding, settings.max_request_bytes, settings.max_spans)
+        counts.spans += len(spans)
+        mapped = map_spans(spans, settings.max_payload_bytes)
     except SpanDecodeError as exc:
         counts.dead[exc.reason] += 1
         return [Out(dlq, record.key, _dead_letter(exc.reason, exc.detail, record, record.value))]
-    counts.spans += len(spans)
-    try:
-        mapped = map_spans(spans, settings.max_payload_bytes)
-    except Exception as exc:  # a bug in the mapping must not stop the span stream
+    except Exception as exc:  # a bug in decoding or mapping must not stop the span stream
         log.exception("mapping failed at %s:%s:%s", record.topic, record.partition, record.offset)
         counts.dead["engine_error"] += 1
         detail = f"{type(exc).__name__}: {exc}"
@@ -149,9 +159,7 @@ class SpanIngest:
     async def run(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-        s = self.settings
-        if s.start not in ("latest", "earliest"):
-            raise ValueError(f"start must be latest or earliest, not {s.start!r}")
+        s = self.settings.check()
         auth = kafka_auth(s)
         consumer = AIOKafkaConsumer(
             s.spans_topic,

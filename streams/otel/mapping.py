@@ -70,6 +70,13 @@ class Rejected(msgspec.Struct, kw_only=True):
     span: Span
 
 
+class ToolEvents(msgspec.Struct, kw_only=True):
+    """What one tool span becomes: its call (at the span's start) and its result (at its end)."""
+
+    call: ToolCall
+    result: ToolResult
+
+
 class Mapped(msgspec.Struct, kw_only=True):
     """What one request's spans became: events in the order to publish, and rejected spans."""
 
@@ -212,9 +219,7 @@ def _too_long(*values: str | None) -> str | None:
     return None
 
 
-def map_tool_span(
-    span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
-) -> tuple[ToolCall, ToolResult] | Rejected:
+def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ToolEvents | Rejected:
     """A tool span's call and result, or why it cannot be judged."""
     if not span.trace_id or not span.span_id:
         return Rejected(reason="otel_bad_span", detail="a tool span without a trace id or span id", span=span)
@@ -266,7 +271,7 @@ def map_tool_span(
         else as_payload(result_value, max_payload_bytes, _json_text(a, result_from)),
         error=UNSET if error is None else payload(error[:max_payload_bytes]),  # a string: an Error's message
     )
-    return call, result
+    return ToolEvents(call=call, result=result)
 
 
 def map_run_end(span: Span) -> RunEnd | None:
@@ -306,9 +311,8 @@ def map_spans(spans: list[Span], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
             if isinstance(mapped, Rejected):
                 rejected.append(mapped)
                 continue
-            call, result = mapped
-            keyed.append((span.start_ns, _PHASE_CALL, rank, call))
-            keyed.append((max(span.end_ns, span.start_ns), _PHASE_RESULT, rank, result))
+            keyed.append((span.start_ns, _PHASE_CALL, rank, mapped.call))
+            keyed.append((max(span.end_ns, span.start_ns), _PHASE_RESULT, rank, mapped.result))
         elif is_agent_span(span):
             end = map_run_end(span)
             if end is not None:

@@ -28,3 +28,10 @@ def test_contradictory_security_settings_exit_2(monkeypatch, capsys):
     monkeypatch.setenv("LOOPWARDEN_SPANS_SECURITY_PROTOCOL", "SASL_SSL")
     assert build_parser().parse_args(["spans"]).func(build_parser().parse_args(["spans"])) == 2
     assert "sasl_username" in capsys.readouterr().err
+
+
+def test_an_unknown_encoding_from_the_environment_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv("LOOPWARDEN_SPANS_ENCODING", "jaeger_proto")
+    args = build_parser().parse_args(["spans"])
+    assert args.func(args) == 2
+    assert "encoding must be one of otlp_proto, otlp_json" in capsys.readouterr().err

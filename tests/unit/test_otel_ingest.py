@@ -56,3 +56,20 @@ def test_a_huge_record_is_described_in_its_dead_letter_not_copied():
     (out,) = translate(Rec("spans", 0, 3, None, raw), SpanSettings(dead_letter_topic="dlq"))
     letter = msgspec.json.decode(out.value, type=DeadLetter)
     assert letter.reason == "otel_bad_request" and letter.raw == b"" and "raw bytes omitted" in letter.detail
+
+
+def test_a_mapping_bug_dead_letters_the_record_instead_of_stopping(monkeypatch):
+    import msgspec
+
+    from loopwarden.otel import ingest
+    from loopwarden.schemas.verdicts import DeadLetter
+    from tests.unit.otel_helpers import encoded, fixture
+
+    def broken(spans, max_payload_bytes):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(ingest, "map_spans", broken)
+    raw = encoded(fixture("pydantic_ai.otlp.json"), "otlp_proto")
+    (out,) = translate(Rec("spans", 1, 2, b"k", raw), SpanSettings(dead_letter_topic="dlq"))
+    letter = msgspec.json.decode(out.value, type=DeadLetter)
+    assert (out.topic, out.key, letter.reason, letter.raw) == ("dlq", b"k", "engine_error", raw)
