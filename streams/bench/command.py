@@ -19,6 +19,7 @@ TARGETS = {
         "loopwarden.bench.broker",
         "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait",
     ),
+    "spans": ("loopwarden.bench.spans", "loopwarden spans: OTLP records translated into events, against parsing alone"),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
@@ -27,7 +28,7 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, adapters, broker, tune, soak, all)",
+        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, soak, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

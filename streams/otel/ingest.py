@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers
-from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans
+from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans, relevant
 from loopwarden.otel.spans import ENCODINGS, SpanDecodeError, decode_spans
 from loopwarden.schemas.events import encode_event, run_key
 from loopwarden.schemas.jsvalues import json_bytes
@@ -89,7 +89,7 @@ class SpanCounts(msgspec.Struct, kw_only=True):
     """What the consumer did (logged every ``stats_interval``)."""
 
     records: int = 0
-    spans: int = 0
+    spans: int = 0  # tool and agent spans read (the others are dropped as they are read)
     tool_spans: int = 0
     run_ends: int = 0
     events: int = 0
@@ -124,7 +124,9 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
     counts.records += 1
     dlq = settings.dead_letter_topic
     try:
-        spans = decode_spans(record.value, settings.encoding, settings.max_request_bytes, settings.max_spans)
+        spans = decode_spans(
+            record.value, settings.encoding, settings.max_request_bytes, settings.max_spans, keep=relevant
+        )
         counts.spans += len(spans)
         mapped = map_spans(spans, settings.max_payload_bytes)
     except SpanDecodeError as exc:

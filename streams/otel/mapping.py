@@ -123,19 +123,30 @@ def _kind(attrs: dict[str, Any], name: str) -> str:
 
 
 def is_tool_span(span: Span) -> bool:
-    a = span.attributes
+    return _tool_attributes(span.attributes)
+
+
+def is_agent_span(span: Span) -> bool:
+    """An agent run's own span: its end ends the run."""
+    return _agent_attributes(span.name, span.attributes)
+
+
+def relevant(name: str, attrs: dict[str, Any]) -> bool:
+    """Whether a span is a tool or agent span (the others are dropped as they are read)."""
+    return _tool_attributes(attrs) or _agent_attributes(name, attrs)
+
+
+def _tool_attributes(a: dict[str, Any]) -> bool:
     op = a.get("gen_ai.operation.name")
     if op == "execute_tool" or (op is None and "gen_ai.tool.name" in a):
         return True
     return _kind(a, "openinference.span.kind") == "tool" or _kind(a, "traceloop.span.kind") == "tool"
 
 
-def is_agent_span(span: Span) -> bool:
-    """An agent run's own span: its end ends the run."""
-    a = span.attributes
+def _agent_attributes(name: str, a: dict[str, Any]) -> bool:
     if a.get("gen_ai.operation.name") == "invoke_agent":
         return True
-    if span.name == "agent run" and "agent_name" in a:  # PydanticAI before instrumentation version 3
+    if name == "agent run" and "agent_name" in a:  # PydanticAI before instrumentation version 3
         return True
     return _kind(a, "openinference.span.kind") == "agent" or _kind(a, "traceloop.span.kind") in ("agent", "workflow")
 

@@ -15,7 +15,7 @@ its own encoded bytes for a dead letter.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -141,7 +141,14 @@ def _pb_attributes(items: Any) -> dict[str, Any]:
     return {kv.key: _pb_value(kv.value) for kv in items if _wanted(kv.key)}
 
 
-def _decode_proto(raw: bytes, max_spans: int) -> list[Span]:
+Keep = Callable[[str, dict[str, Any]], bool]  # (span name, its wanted attributes) -> keep the span?
+
+
+def _all(name: str, attributes: dict[str, Any]) -> bool:
+    return True
+
+
+def _decode_proto(raw: bytes, max_spans: int, keep: Keep) -> list[Span]:
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -158,6 +165,9 @@ def _decode_proto(raw: bytes, max_spans: int) -> list[Span]:
         resource = _pb_attributes(rs.resource.attributes)
         for scope in rs.scope_spans:
             for s in scope.spans:
+                attributes = _pb_attributes(s.attributes)
+                if not keep(s.name, attributes):
+                    continue
                 out.append(
                     Span(
                         trace_id=s.trace_id.hex(),
@@ -166,7 +176,7 @@ def _decode_proto(raw: bytes, max_spans: int) -> list[Span]:
                         name=s.name,
                         start_ns=s.start_time_unix_nano,
                         end_ns=s.end_time_unix_nano,
-                        attributes=_pb_attributes(s.attributes),
+                        attributes=attributes,
                         status_code=s.status.code,
                         status_message=s.status.message,
                         events=[
@@ -282,7 +292,7 @@ def _json_spans(request: Any) -> Iterator[tuple[dict, dict]]:
                     yield resource, s
 
 
-def _decode_json(raw: bytes, max_spans: int) -> list[Span]:
+def _decode_json(raw: bytes, max_spans: int, keep: Keep) -> list[Span]:
     try:
         request = msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -294,6 +304,10 @@ def _decode_json(raw: bytes, max_spans: int) -> list[Span]:
         raise SpanDecodeError("otel_too_many_spans", f"{count} spans > limit {max_spans}")
     out = []
     for resource, s in _json_spans(request):
+        name = _str(s.get("name"))
+        attributes = _json_attributes(_list(s, "attributes", "attributes"))
+        if not keep(name, attributes):
+            continue
         status = _get(s, "status", "status", {})
         events = [e for e in _list(s, "events", "events")[:MAX_EVENTS] if isinstance(e, dict)]
         out.append(
@@ -301,10 +315,10 @@ def _decode_json(raw: bytes, max_spans: int) -> list[Span]:
                 trace_id=_hex_id(_get(s, "traceId", "trace_id")),
                 span_id=_hex_id(_get(s, "spanId", "span_id")),
                 parent_span_id=_hex_id(_get(s, "parentSpanId", "parent_span_id")),
-                name=_str(s.get("name")),
+                name=name,
                 start_ns=_int(_get(s, "startTimeUnixNano", "start_time_unix_nano")),
                 end_ns=_int(_get(s, "endTimeUnixNano", "end_time_unix_nano")),
-                attributes=_json_attributes(_list(s, "attributes", "attributes")),
+                attributes=attributes,
                 status_code=_status_code(_get(status, "code", "code")),
                 status_message=_str(_get(status, "message", "message")),
                 events=[
@@ -320,14 +334,15 @@ def _decode_json(raw: bytes, max_spans: int) -> list[Span]:
     return out
 
 
-def decode_spans(raw: bytes | None, encoding: str, max_bytes: int, max_spans: int) -> list[Span]:
-    """The spans of one exporter record; :class:`SpanDecodeError` for a record that cannot be read."""
+def decode_spans(raw: bytes | None, encoding: str, max_bytes: int, max_spans: int, keep: Keep = _all) -> list[Span]:
+    """The spans of one exporter record that ``keep`` wants (all by default; the span count limit is
+    on all of them); :class:`SpanDecodeError` for a record that cannot be read."""
     if not raw:
         raise SpanDecodeError("empty", "record has no value")
     if len(raw) > max_bytes:
         raise SpanDecodeError("too_large", f"{len(raw)} bytes > limit {max_bytes}")
     if encoding == "otlp_json":
-        return _decode_json(raw, max_spans)
+        return _decode_json(raw, max_spans, keep)
     if encoding == "otlp_proto":
-        return _decode_proto(raw, max_spans)
+        return _decode_proto(raw, max_spans, keep)
     raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, not {encoding!r}")
