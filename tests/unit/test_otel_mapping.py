@@ -301,3 +301,16 @@ def test_otlp_json_values_of_the_wrong_type_are_not_taken():
         s for s in decode_spans(encoded(doc, "otlp_json"), "otlp_json", LIMIT, 100) if s.name.startswith("execute")
     )
     assert span.attributes["gen_ai.tool.name"] is None
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_only_tool_and_agent_spans_are_kept_but_all_count_against_the_limit(encoding):
+    from loopwarden.otel.mapping import relevant
+
+    raw = encoded(fixture("pydantic_ai.otlp.json"), encoding)
+    every = decode_spans(raw, encoding, LIMIT, 100)
+    kept = decode_spans(raw, encoding, LIMIT, 100, keep=relevant)
+    assert [s.name for s in kept] == [s.name for s in every if not s.name.startswith("chat")]
+    assert len(kept) == 4 < len(every) == 8
+    with pytest.raises(SpanDecodeError):
+        decode_spans(raw, encoding, LIMIT, 7, keep=relevant)
