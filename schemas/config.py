@@ -34,6 +34,19 @@ DEFAULT_UNKNOWN_TOOL_THRESHOLD = 10
 DEFAULT_GLOBAL_THRESHOLD = 30
 DEFAULT_GUARD_WINDOW = 3
 
+# Upper bounds of the numeric knobs (a larger value counts as the cap). OpenClaw has none; a run's
+# state grows with historySize and windowSize, so one config record must not make it unbounded
+# (``historySize: 1e9``). The thresholds only need to stay finite counts. Values within the caps
+# resolve exactly as before; ``loopwarden config check`` notes a clamped value.
+KNOB_CAPS: dict[str, int] = {
+    "historySize": 1000,
+    "warningThreshold": 1_000_000,
+    "criticalThreshold": 1_000_000,
+    "globalCircuitBreakerThreshold": 1_000_000,
+    "unknownToolThreshold": 1_000_000,
+    "windowSize": 1000,  # postCompactionGuard.windowSize
+}
+
 GLOBAL_KEY = "*"
 _NESTED = ("detectors", "postCompactionGuard")
 
@@ -62,15 +75,18 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
 DEFAULT_CONFIG = ResolvedConfig()
 
 
-def _positive_int(value: Any, default: int) -> int:
-    """Rule 1.4: a number that is an integer and > 0, else the default."""
+def _positive_int(value: Any, default: int, key: str | None = None) -> int:
+    """Rule 1.4: a number that is an integer and > 0, else the default; at most ``KNOB_CAPS[key]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     if isinstance(value, int):
         value = js_double(value)  # JavaScript reads a 400-digit literal as Infinity: not an integer
     if isinstance(value, float) and not value.is_integer():
         return default
-    return int(value) if value > 0 else default
+    if value <= 0:
+        return default
+    cap = KNOB_CAPS.get(key) if key is not None else None
+    return min(int(value), cap) if cap is not None else int(value)
 
 
 def _truthy(value: Any) -> bool:
@@ -113,9 +129,11 @@ def resolve_block(block: dict | None) -> ResolvedConfig:
     if not isinstance(block, dict):
         return DEFAULT_CONFIG
     enabled = block.get("enabled")
-    warning = _positive_int(block.get("warningThreshold"), DEFAULT_WARNING_THRESHOLD)
-    critical = _positive_int(block.get("criticalThreshold"), DEFAULT_CRITICAL_THRESHOLD)
-    global_ = _positive_int(block.get("globalCircuitBreakerThreshold"), DEFAULT_GLOBAL_THRESHOLD)
+    warning = _positive_int(block.get("warningThreshold"), DEFAULT_WARNING_THRESHOLD, "warningThreshold")
+    critical = _positive_int(block.get("criticalThreshold"), DEFAULT_CRITICAL_THRESHOLD, "criticalThreshold")
+    global_ = _positive_int(
+        block.get("globalCircuitBreakerThreshold"), DEFAULT_GLOBAL_THRESHOLD, "globalCircuitBreakerThreshold"
+    )
     if critical <= warning:
         critical = warning + 1
     if global_ <= critical:
@@ -128,15 +146,17 @@ def resolve_block(block: dict | None) -> ResolvedConfig:
         enabled=_truthy(enabled),
         record_calls=enabled is not False,
         guard_enabled=enabled is not False,
-        history_size=_positive_int(block.get("historySize"), DEFAULT_HISTORY_SIZE),
+        history_size=_positive_int(block.get("historySize"), DEFAULT_HISTORY_SIZE, "historySize"),
         warning_threshold=warning,
         critical_threshold=critical,
-        unknown_tool_threshold=_positive_int(block.get("unknownToolThreshold"), DEFAULT_UNKNOWN_TOOL_THRESHOLD),
+        unknown_tool_threshold=_positive_int(
+            block.get("unknownToolThreshold"), DEFAULT_UNKNOWN_TOOL_THRESHOLD, "unknownToolThreshold"
+        ),
         global_circuit_breaker_threshold=global_,
         generic_repeat=_switch(detectors, "genericRepeat"),
         known_poll_no_progress=_switch(detectors, "knownPollNoProgress"),
         ping_pong=_switch(detectors, "pingPong"),
-        guard_window=_positive_int(guard.get("windowSize"), DEFAULT_GUARD_WINDOW),
+        guard_window=_positive_int(guard.get("windowSize"), DEFAULT_GUARD_WINDOW, "windowSize"),
     )
 
 

@@ -29,6 +29,7 @@ from loopwarden.schemas.config import (
     DEFAULT_HISTORY_SIZE,
     DEFAULT_UNKNOWN_TOOL_THRESHOLD,
     DEFAULT_WARNING_THRESHOLD,
+    KNOB_CAPS,
     ConfigError,
     FleetConfig,
     ResolvedConfig,
@@ -178,7 +179,23 @@ def tools_warnings(tools: Any, where: str) -> list[str]:
 
 def record_warnings(block: Any, ext: Any, key: str) -> list[str]:
     """Warnings for one live config record (its ``loopDetection`` block and ``loopwarden`` block)."""
-    return block_warnings(block, f"record {key!r}: loopDetection") + extension_warnings(ext, f"record {key!r}: ")
+    where = f"record {key!r}: loopDetection"
+    return block_warnings(block, where) + cap_warnings(block, where) + extension_warnings(ext, f"record {key!r}: ")
+
+
+def cap_warnings(block: Any, where: str) -> list[str]:
+    """A line per number above its cap (``KNOB_CAPS``), as the resolved config clamps it."""
+    if not isinstance(block, dict):
+        return []
+    guard = block.get("postCompactionGuard")
+    found = [(k, block.get(k)) for k in KNOB_CAPS if k != "windowSize"]
+    found.append(("postCompactionGuard.windowSize", guard.get("windowSize") if isinstance(guard, dict) else None))
+    out = []
+    for key, raw in found:
+        cap = KNOB_CAPS[key.rsplit(".", 1)[-1]]
+        if _positive_int(raw, 0) > cap:
+            out.append(f"{where}.{key} {show(raw)} is above the cap {cap}: {cap}")
+    return out
 
 
 def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, list[Note]]:
@@ -207,11 +224,14 @@ def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, 
     values: dict[str, Any] = {}
     for key, field, default in _NUMERIC:
         raw = block.get(key, msgspec.UNSET)
-        value = default if raw is msgspec.UNSET else _positive_int(raw, default)
+        value = default if raw is msgspec.UNSET else _positive_int(raw, default, key)
         values[field] = value
         if raw is not msgspec.UNSET and not (value == raw and not isinstance(raw, bool)):
-            why = "null" if raw is None else f"{show(raw)} is not a positive integer"
-            note(key, value, f"{key} {why}: default {default}", origin(key))
+            if _positive_int(raw, default) != value:  # above its cap
+                note(key, value, f"{key} {show(raw)} is above the cap {value}: {value}", origin(key))
+            else:
+                why = "null" if raw is None else f"{show(raw)} is not a positive integer"
+                note(key, value, f"{key} {why}: default {default}", origin(key))
     warning, critical = values["warning_threshold"], values["critical_threshold"]
     if critical <= warning:
         values["critical_threshold"] = warning + 1
@@ -282,8 +302,16 @@ def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, 
         )
     guard = guard if isinstance(guard, dict) else {}
     raw = guard.get("windowSize", msgspec.UNSET)
-    values["guard_window"] = DEFAULT_GUARD_WINDOW if raw is msgspec.UNSET else _positive_int(raw, DEFAULT_GUARD_WINDOW)
-    if raw is not msgspec.UNSET and not (values["guard_window"] == raw and not isinstance(raw, bool)):
+    window = DEFAULT_GUARD_WINDOW if raw is msgspec.UNSET else _positive_int(raw, DEFAULT_GUARD_WINDOW, "windowSize")
+    values["guard_window"] = window
+    if raw is not msgspec.UNSET and _positive_int(raw, DEFAULT_GUARD_WINDOW) != window:  # above its cap
+        note(
+            "postCompactionGuard.windowSize",
+            window,
+            f"postCompactionGuard.windowSize {show(raw)} is above the cap {window}: {window}",
+            origin("windowSize", "postCompactionGuard"),
+        )
+    elif raw is not msgspec.UNSET and not (window == raw and not isinstance(raw, bool)):
         why = "null" if raw is None else f"{show(raw)} is not a positive integer"
         note(
             "postCompactionGuard.windowSize",

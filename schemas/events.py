@@ -96,6 +96,7 @@ DeadLetterReason = Literal[
     "missing_field",
     "unknown_type",
     "blank_agent_id",
+    "id_too_long",
     "engine_error",
 ]
 """Why a record became a dead letter; the one table (README, "Dead-letter reasons").
@@ -113,6 +114,9 @@ DeadLetterReason = Literal[
 - ``unknown_type``: ``type`` is a string, but not one of the event types, as sent
   (``"tool_\\udbffcall"`` is not ``tool_call``).
 - ``blank_agent_id``: ``agent_id`` is empty after JavaScript's ``trim()``.
+- ``id_too_long``: an identifier longer than its cap (:data:`ID_CAPS`, in characters):
+  ``tool_name`` 256; ``agent_id``, ``session_id``, ``run_id``, ``tool_call_id``,
+  ``event_id``, ``verdict_id`` 512. They are stored in run state, keys and caches.
 - ``engine_error``: the event decoded but the engine raised (a bug; logged).
 
 Not a dead letter: a ``ts`` beyond the double range (``1e400``) is Infinity in
@@ -120,6 +124,22 @@ JavaScript, no usable time, and reads as null; the envelope's other fields are
 taken as sent, lone surrogates included.
 """
 DEAD_LETTER_REASONS: tuple[str, ...] = get_args(DeadLetterReason)
+
+MAX_ID_CHARS = 512
+MAX_TOOL_NAME_CHARS = 256
+# The identifiers of an event and their caps in characters (reason ``id_too_long``): each is kept in a
+# run's state, its table key or a cache, so one event must not make those unbounded. Real ids are UUIDs
+# and tool names are short (model APIs allow 64 or 128 characters).
+ID_CAPS: dict[str, int] = {
+    "agent_id": MAX_ID_CHARS,
+    "session_id": MAX_ID_CHARS,
+    "run_id": MAX_ID_CHARS,
+    "event_id": MAX_ID_CHARS,
+    "tool_call_id": MAX_ID_CHARS,
+    "verdict_id": MAX_ID_CHARS,
+    "tool_name": MAX_TOOL_NAME_CHARS,
+}
+_ID_FIELDS = {cls: tuple(f for f in ID_CAPS if f in cls.__struct_fields__) for cls in EVENT_TYPES}
 
 
 class EventDecodeError(ValueError):
@@ -236,6 +256,10 @@ def decode_event(raw: bytes | str) -> Event:
         event = _envelope(value)
     if not js_trim(event.agent_id):
         raise EventDecodeError("blank_agent_id", "agent_id is empty")
+    for name in _ID_FIELDS[type(event)]:
+        value = getattr(event, name)
+        if value is not None and len(value) > ID_CAPS[name]:
+            raise EventDecodeError("id_too_long", f"{name} has {len(value)} characters > limit {ID_CAPS[name]}")
     return event
 
 

@@ -21,7 +21,7 @@ from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.committer import Committer
 from loopwarden.worker.configfeed import ConfigFeed
 from loopwarden.worker.fleet_agent import install as install_fleet
-from loopwarden.worker.health import Health, Watchdog
+from loopwarden.worker.health import Health, StallExit, Watchdog
 from loopwarden.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runtable import RunTable
@@ -40,6 +40,7 @@ class LoopwardenApp(faust.App):
     batch_route: tuple[str, Any] | None = None  # (topic, handler): that topic's records go to the handler in batches
     record_producer: RecordProducer | None = None  # verdicts and dead letters, apart from the changelog
     committer: Committer | None = None
+    stall_exit: StallExit | None = None  # armed by the heartbeat; still armed while stopping (a hung stop exits)
 
     async def on_stop(self) -> None:
         if self.committer is not None:
@@ -49,6 +50,8 @@ class LoopwardenApp(faust.App):
         await super().on_stop()  # Faust's: the consumer, then its producer (changelog) flushed
         if self.record_producer is not None:
             await self.record_producer.stop()
+        if self.stall_exit is not None:
+            self.stall_exit.stop()
 
 
 def ack_when_durable(consumer: Any, events: list, durable: asyncio.Future[None]) -> None:
@@ -166,9 +169,12 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     app.committer = processor.committer
     rt = Runtime(s, metrics, feed, runtable, processor, health)
 
+    app.stall_exit = stall = StallExit(s.stall_exit_after)
+
     @app.timer(min(1.0, s.stall_timeout / 4))
     async def heartbeat() -> None:
         health.beat()
+        stall.beat()
 
     @app.task
     async def watchdog() -> None:

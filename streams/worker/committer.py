@@ -30,6 +30,14 @@ flush do not, up to ``max_unflushed`` records not yet durable (the
 consumer keeps them, and ``pending`` their runs), so writes slower than
 the fetches still hold the fetch loop back instead of filling memory.
 
+A run value larger than the changelog accepts (``max_value_bytes``, key
+included) would fail its flush on every worker that replays the run's
+events. It is never sent: that run's state is reset at step 1 (its value
+keeps the offset, so the events are not applied twice, with an ended state,
+so the run's next event starts afresh), logged and counted
+(``on_oversized``); the stream goes on. Identifier caps
+(``ID_CAPS``) and knob caps (``KNOB_CAPS``) keep real runs far below it.
+
 A publish that fails is retried with capped exponential backoff and the
 batch stays unacked: a broker outage only delays. A record that can never
 be published (larger than the producer or topic accepts, a topic that is
@@ -103,6 +111,8 @@ class Committer:
         on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
         on_retry: Callable[[Outgoing, BaseException], None] | None = None,
         shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None,
+        max_value_bytes: int | None = None,
+        on_oversized: Callable[[tuple[int, bytes], int], None] | None = None,
     ) -> None:
         self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
         self.send = send
@@ -114,6 +124,8 @@ class Committer:
         self.on_dropped = on_dropped
         self.on_retry = on_retry
         self.shrink_dead_letter = shrink_dead_letter
+        self.max_value_bytes = max_value_bytes  # key + value of one run, at most (None: unbounded)
+        self.on_oversized = on_oversized
         self.pending: dict[tuple[int, bytes], RunValue | None] = {}
         self.stopping = False
         self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
@@ -152,6 +164,21 @@ class Committer:
             except Exception:  # e.g. a string the codec cannot hold: lose that run's state, not the stream
                 log.exception("run value at %s not encodable; dropping that run's state", slot)
                 encoded, value = None, None
+            limit = self.max_value_bytes
+            if encoded is not None and limit is not None and len(encoded) + len(slot[1]) > limit:
+                size = len(encoded) + len(slot[1])
+                log.error(
+                    "run state at partition %s key %r is %d bytes, more than the changelog accepts (%d): "
+                    "the run's state is reset",
+                    slot[0],
+                    slot[1][:200],
+                    size,
+                    limit,
+                )
+                if self.on_oversized is not None:
+                    self.on_oversized(slot, size)
+                value = RunValue(value.offset, value.touched, None)
+                encoded = encode_value(value)
             writes[slot] = encoded
             pending[slot] = value
             staged.append((slot, value))

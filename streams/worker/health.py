@@ -8,10 +8,19 @@ Kubernetes too); the :class:`Watchdog` thread sees the stall from outside
 and, when the worker has been unhealthy for ``exit_after`` seconds, exits the
 process non-zero so the orchestrator restarts it. Offsets are committed only
 for durable batches, so exiting loses nothing.
+
+The watchdog thread needs the GIL to run; code that holds it for long (a C
+routine such as a regular expression or a parser on a hostile value) stops
+it as well as the loop. :class:`StallExit` covers that case: it arms
+:func:`faulthandler.dump_traceback_later`, whose timer is a C thread that
+needs no GIL, and the loop re-arms it on every heartbeat; a loop silent for
+``stall_exit_after`` seconds gets every thread's traceback written to stderr
+and the process exits with code 1.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import threading
@@ -106,3 +115,22 @@ class Watchdog(threading.Thread):
 
     def stop(self) -> None:
         self.stop_event.set()
+
+
+class StallExit:
+    """Exit (code 1, tracebacks on stderr) when the loop has not called :meth:`beat` for ``timeout`` seconds.
+
+    ``timeout`` 0 turns it off. faulthandler keeps one such timer per process: the worker owns it.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+
+    def beat(self) -> None:
+        """Called on the event loop: push the deadline ``timeout`` seconds ahead."""
+        if self.timeout > 0:
+            faulthandler.dump_traceback_later(self.timeout, exit=True)
+
+    def stop(self) -> None:
+        if self.timeout > 0:
+            faulthandler.cancel_dump_traceback_later()

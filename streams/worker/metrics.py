@@ -101,6 +101,11 @@ class Metrics:
         )
         self.active_runs = Gauge("loopwarden_active_runs", "Runs with state in this worker's partitions", registry=r)
         self.expired_runs = Counter("loopwarden_expired_runs", "Idle runs (or ended-run markers) expired", registry=r)
+        self.oversized_runs = Counter(
+            "loopwarden_oversized_runs",
+            "Runs whose state outgrew what the changelog accepts: their state was reset (logged with the key)",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "loopwarden_consumer_lag",
             "Messages behind the partition's high watermark",

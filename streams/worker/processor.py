@@ -61,6 +61,8 @@ class RunProcessor:
             on_dropped=lambda out, exc: metrics.publish_dropped.labels(out.topic).inc(),
             on_retry=lambda out, exc: metrics.publish_retries.labels(out.topic).inc(),
             shrink_dead_letter=lambda out: without_raw(out) if out.topic == dead_topic else None,
+            max_value_bytes=settings.max_run_value_bytes,
+            on_oversized=lambda slot, size: metrics.oversized_runs.inc(),
         )
 
     async def process(self, messages: Iterable[Any]) -> asyncio.Future[None]:

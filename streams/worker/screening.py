@@ -3,7 +3,12 @@
 Size is checked before decoding (a huge value never reaches the parser).
 Depth is bounded cheaply: the count of ``[`` and ``{`` bytes is an upper
 bound of the nesting depth; only when that bound exceeds the limit is the
-precise depth computed (strings stripped, brackets walked).
+precise depth computed (escape pairs dropped, strings cut out at their
+quotes, brackets summed). Every step runs in C and is linear in the record's
+size whatever its shape; a regular expression for strings was not (a
+string left open retried from every escaped quote in it: quadratic on a
+run of ``\\"``). On valid JSON the depth is exact. ``loopwarden bench
+screening`` measures the cost per KB of hostile shapes.
 
 A dead letter's value is :class:`loopwarden.schemas.verdicts.DeadLetter` encoded as
 JSON: ``{"reason", "detail", "topic", "partition", "offset", "raw"}`` with
@@ -13,7 +18,7 @@ its key is the original message key.
 
 from __future__ import annotations
 
-import re
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -22,21 +27,19 @@ from loopwarden.schemas.events import Event, EventDecodeError, decode_event
 from loopwarden.schemas.jsvalues import json_bytes
 from loopwarden.schemas.verdicts import DeadLetter
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [{ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}.get(b, 0) for b in range(256)]
 
 
 def nesting_depth(raw: bytes) -> int:
-    """Exact max nesting depth of JSON arrays/objects in ``raw`` (strings ignored)."""
-    depth = best = 0
-    for match in _BRACKET.finditer(_STRING.sub(b'""', raw)):
-        if match.group() in (b"[", b"{"):
-            depth += 1
-            if depth > best:
-                best = depth
-        else:
-            depth -= 1
-    return best
+    """Exact max nesting depth of JSON arrays/objects in ``raw`` (strings ignored); linear in its size.
+
+    Escape pairs go first (left to right, as JSON pairs them), so every remaining quote opens or
+    closes a string and the text outside strings is every other piece between quotes.
+    """
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(text.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets), initial=0))
 
 
 def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:

@@ -62,6 +62,7 @@ class Settings(SecuritySettings, kw_only=True):
     log_level: str = "warning"
     stall_timeout: float = 10.0
     unhealthy_exit_after: float = 30.0
+    stall_exit_after: float = 60.0
     correct_end_offsets: bool = True
     fast_path: bool = True
 
@@ -83,6 +84,12 @@ class Settings(SecuritySettings, kw_only=True):
     def dead_letter_max_bytes(self) -> int:
         """The largest dead letter: base64 of the largest input record plus the JSON around it."""
         return 4 * -(-self.max_message_bytes // 3) + 16_384
+
+    @property
+    def max_run_value_bytes(self) -> int:
+        """The largest run value (key included) the worker writes: a changelog record must fit the topic
+        (``max_message_bytes``, with room for the record's framing); a larger state is reset instead."""
+        return self.max_message_bytes - 4096
 
     @property
     def producer_max_request_size(self) -> int:
@@ -148,6 +155,8 @@ HELP: dict[str, str] = {
     "stall_timeout": "seconds the event loop may miss its heartbeat before /healthz reports it stalled",
     "unhealthy_exit_after": "seconds unhealthy (crashed service or stalled loop) before the worker exits with "
     "code 70 so the orchestrator restarts it",
+    "stall_exit_after": "seconds the event loop may stay blocked, even inside C code holding the GIL, before the "
+    "worker writes every thread's traceback to stderr and exits with code 1 (a C-level timer; 0 = off)",
     "log_level": "log level (debug, info, warning, error)",
     "fast_path": "hand each fetch's events to the processor as one batch (--no-fast-path: Faust's "
     "per-message stream, batches of --batch-max within --batch-within; several times "

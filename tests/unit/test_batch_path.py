@@ -399,3 +399,34 @@ def test_step_time_is_sampled_across_batches_of_any_size():
     asyncio.run(go())
     count = next(s.value for s in metrics.step_seconds.collect()[0].samples if s.name.endswith("_count"))
     assert count == 3
+
+
+async def test_a_run_value_larger_than_the_changelog_accepts_resets_that_run_alone():
+    """Issue 23: a run whose state outgrew the changelog's record size was sent anyway and the failed
+    flush stopped the worker (and every worker replaying it). Now that run's state is reset before it is
+    stored, the other runs' states are written as usual, and the reset is reported."""
+    table = MemTable()
+    send = FakeSend(table.log)
+    oversized: list[tuple[tuple[int, bytes], int]] = []
+    c = committer(table, send, max_value_bytes=600, on_oversized=lambda slot, size: oversized.append((slot, size)))
+    records = loop_records(2, run="big") + loop_records(1, start_offset=10, run="ok")
+    res = apply_batch(records, c.read, ENABLED, LIMITS)
+    sizes = {slot: len(value) for slot, value in _encoded(res).items()}
+    big = next(slot for slot in sizes if b"big" in slot[1])
+    ok = next(slot for slot in sizes if b"ok" in slot[1])
+    c.max_value_bytes = sizes[ok] + len(ok[1]) + 1  # the small run fits, the bigger one does not
+    assert sizes[big] + len(big[1]) > c.max_value_bytes
+    await (await c.submit(res))
+    assert [slot for slot, _ in oversized] == [big]
+    reset = decode_value(table.data[big])
+    assert reset.state is None and reset.offset == 3  # the offset stays: its events are not applied twice
+    assert decode_value(table.data[ok]).state is not None
+    # the run goes on afresh: its next events are applied to an empty state
+    nxt = apply_batch(loop_records(1, start_offset=20, run="big"), c.read, ENABLED, LIMITS)
+    assert nxt.writes[big].state is not None and len(nxt.writes[big].state.history) == 1
+
+
+def _encoded(res) -> dict:
+    from loopwarden.worker.runcodec import encode_value
+
+    return {slot: encode_value(value) for slot, value in res.writes.items() if value is not None}

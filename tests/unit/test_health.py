@@ -64,3 +64,54 @@ def test_watchdog_stays_quiet_while_healthy_and_forgets_a_recovered_failure():
     finally:
         dog.stop()
     assert exits == []
+
+
+STALL_IN_C = """
+import asyncio, re, sys
+from loopwarden.worker.health import Health, StallExit, Watchdog
+
+async def main():
+    health, stall = Health(0.5), StallExit(float(sys.argv[1]))
+    Watchdog(health, 1.0, interval=0.1).start()  # the GIL-bound thread: it cannot run during the match
+
+    async def heartbeat():
+        while True:
+            health.beat()
+            stall.beat()
+            await asyncio.sleep(0.05)
+
+    asyncio.ensure_future(heartbeat())
+    await asyncio.sleep(0.3)
+    print("stalling", flush=True)
+    re.match(r"(a+)+$", "a" * 64 + "b")  # catastrophic backtracking: one C call holding the GIL for ages
+    print("never reached", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_stall_inside_c_code_holding_the_gil_exits_the_process():
+    """Issue 23: a regex on a hostile record held the GIL; the watchdog thread could not run, the worker
+    never exited and was never restarted. faulthandler's timer thread needs no GIL: the process exits 1
+    with every thread's traceback. (The subprocess timeout is only a guard against hanging the suite.)"""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", STALL_IN_C, "1.0"], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == ["stalling"]
+    assert out.returncode == 1
+    assert "Timeout (0:00:01)!" in out.stderr and "in main" in out.stderr  # where it was stuck
+
+
+def test_stall_exit_off_and_stopped_does_nothing():
+    import subprocess
+    import sys
+
+    code = (
+        "import time\nfrom loopwarden.worker.health import StallExit\n"
+        "off = StallExit(0); off.beat()\n"
+        "on = StallExit(0.2); on.beat(); on.stop()\n"
+        "time.sleep(0.6); print('alive')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout.strip()) == (0, "alive")

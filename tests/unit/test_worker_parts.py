@@ -8,9 +8,11 @@ import json
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopwarden.detection import RunState
-from loopwarden.schemas.events import EventDecodeError, decode_event
+from loopwarden.schemas.events import ID_CAPS, EventDecodeError, decode_event
 from loopwarden.worker.configfeed import block_of
 from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
 from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
@@ -86,3 +88,75 @@ def test_settings_precedence_flag_over_env_over_default():
     s = from_sources(args, environ=env)
     assert (s.port, s.linger_ms, s.fast_path, s.host) == (7001, 9, False, "127.0.0.1")
     assert from_sources({"broker": "kafka://h1:1,kafka://h2:2"}, environ={}).bootstrap == "h1:1,h2:2"
+
+
+# -- issue 23: hostile shapes ---------------------------------------------------------------------
+
+HOSTILE_ESCAPES = (
+    "import sys\n"
+    "from loopwarden.worker.screening import screen\n"
+    "from loopwarden.schemas.events import EventDecodeError\n"
+    'raw = b\'{"type":"tool_call","agent_id":"a","params":"\' + b\'[\' * 70 + b\'\\\\"\' * 500_000\n'
+    "try:\n"
+    "    screen(raw, 1_048_576, 64)\n"
+    "except EventDecodeError as exc:\n"
+    "    print(exc.reason)\n"
+)
+
+
+def test_an_unterminated_run_of_escaped_quotes_is_screened_in_linear_time():
+    """Issue 23: the string regex of the depth check retried from every ``\\"`` of an unterminated
+    string, quadratic in its length (31 KiB: 3.5 s; this 1 MiB record: about an hour). In a subprocess
+    with a timeout a hundred times above what a linear scan needs on a loaded machine."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", HOSTILE_ESCAPES], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "bad_json"  # brackets in a string: the decoder refuses it
+
+
+def _depth(value) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\\\ab\u00e9\ud800'),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(alphabet='[]{}"\\\\a'), c, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(_json_values, st.booleans())
+def test_nesting_depth_is_exact_on_any_json(value, ascii_only):
+    raw = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    assert nesting_depth(raw) == _depth(value)
+
+
+@pytest.mark.parametrize(
+    "field, cap", [(f, c) for f, c in ID_CAPS.items() if f not in ("agent_id", "tool_name", "verdict_id")]
+)
+def test_identifiers_over_their_cap_are_dead_lettered(field, cap):
+    assert getattr(decode_event(json.dumps({**CALL, field: "x" * cap}).encode()), field) == "x" * cap
+    with pytest.raises(EventDecodeError) as exc:
+        decode_event(json.dumps({**CALL, field: "x" * (cap + 1)}).encode())
+    assert exc.value.reason == "id_too_long" and field in exc.value.detail
+
+
+def test_agent_id_tool_name_and_verdict_id_caps():
+    assert decode_event(_raw(agent_id="a" * 512, tool_name="t" * 256)).tool_name == "t" * 256
+    ack = {"type": "verdict_ack", "agent_id": "a", "verdict_id": "v" * 512, "outcome": "applied"}
+    assert decode_event(json.dumps(ack).encode()).verdict_id == "v" * 512
+    for raw in (
+        _raw(agent_id="a" * 513),
+        _raw(tool_name="t" * 257),
+        json.dumps({**ack, "verdict_id": "v" * 513}).encode(),
+        json.dumps({"type": "run_end", "agent_id": "a", "session_id": "\ud800" * 513}).encode(),
+    ):
+        with pytest.raises(EventDecodeError) as exc:
+            screen(raw, 1_048_576, 64)
+        assert exc.value.reason == "id_too_long"
