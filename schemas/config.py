@@ -170,12 +170,26 @@ def normalize_agent_id(agent_id: str | None) -> str:
 
 _OBSERVED_DEFAULT = observed(DEFAULT_EXTENSIONS)
 
+MAX_AGENT_OVERRIDES = 100_000
+"""Agents the config topic may give a block of their own; a record for one more is ignored and counted
+(updates and deletes of agents already overridden always apply). The config file's agents do not count."""
+
+
+def _wide(ext: Extensions) -> bool:
+    return ext.incidents.enabled or ext.cross_run.enabled
+
 
 class FleetConfig:
     """The global block and per-agent blocks; resolves and caches per agent.
 
-    Immutable: live overrides (config topic) return a new instance via
-    :meth:`with_override`, so a worker can swap it atomically.
+    The config file's blocks are kept apart from the live overrides (config
+    topic), so deleting an override restores the file's block. A live override
+    (:meth:`set_override`) is applied in place and touches only its agent's
+    entries: O(1) whatever the number of agents (a ``*`` record re-resolves
+    the global block and empties the per-agent caches). Agents without a block
+    of their own share one resolved object, and only agents with a block are
+    cached, so the caches grow with the config, never with the agent ids seen.
+    :meth:`with_override` is the copying form.
     """
 
     __slots__ = (
@@ -183,10 +197,13 @@ class FleetConfig:
         "agent_blocks",
         "global_ext",
         "agent_ext",
+        "_file",
+        "_live",
         "_cache",
         "_ext_cache",
         "_observed_cache",
-        "_fleet_wide",
+        "_default_ext",
+        "_wide_agents",
         "_no_block_config",
     )
 
@@ -202,13 +219,30 @@ class FleetConfig:
         # The `loopwarden` extension blocks (loopwarden.schemas.extensions), kept apart from OpenClaw's.
         self.global_ext = global_ext if isinstance(global_ext, dict) else None
         self.agent_ext = {normalize_agent_id(k): v for k, v in (agent_ext or {}).items() if isinstance(v, dict)}
-        self._cache: dict[str, ResolvedConfig] = {}
-        self._ext_cache: dict[str, Extensions] = {}
+        # What a deleted override falls back to: the blocks this config was built with (the file's).
+        self._file = (self.global_block, dict(self.agent_blocks), self.global_ext, dict(self.agent_ext))
+        self._live: set[str] = set()  # agents with a live override (MAX_AGENT_OVERRIDES)
+        self._reset_global()
+
+    def _reset_global(self) -> None:
+        self._cache: dict[str, ResolvedConfig] = {}  # normalized agent id -> config, agents with a block only
+        self._ext_cache: dict[str, Extensions] = {}  # likewise for agents with a `loopwarden` block
+        # likewise, observed (extensions_of); "" = the shared value of agents without a block of their own
         self._observed_cache: dict[str, Extensions] = {}
-        self._fleet_wide: bool | None = None
+        self._default_ext: Extensions | None = None
+        self._wide_agents: set[str] | None = None  # agents whose extensions are fleet-wide (lazy)
         # What every agent without a block of its own resolves to: one shared object, so the
         # per-event read of a config stays in cache however many agents the fleet has.
         self._no_block_config = resolve_block(self.global_block)
+
+    def copy(self) -> FleetConfig:
+        """A copy with the same file blocks and live overrides (O(agents))."""
+        clone = FleetConfig.__new__(FleetConfig)
+        clone.global_block, clone.global_ext = self.global_block, self.global_ext
+        clone.agent_blocks, clone.agent_ext = dict(self.agent_blocks), dict(self.agent_ext)
+        clone._file, clone._live = self._file, set(self._live)
+        clone._reset_global()
+        return clone
 
     @classmethod
     def from_document(cls, doc: Any) -> FleetConfig:
@@ -238,25 +272,26 @@ class FleetConfig:
     def resolve(self, agent_id: str) -> ResolvedConfig:
         if not self.agent_blocks:
             return self._no_block_config  # no per-agent blocks: nothing to look up
-        cached = self._cache.get(agent_id)
+        name = normalize_agent_id(agent_id)
+        cached = self._cache.get(name)
         if cached is None:
-            agent_block = self.agent_blocks.get(normalize_agent_id(agent_id))
-            cached = (
-                self._no_block_config if agent_block is None else resolve_block(overlay(self.global_block, agent_block))
-            )
-            self._cache[agent_id] = cached
+            agent_block = self.agent_blocks.get(name)
+            if agent_block is None:
+                return self._no_block_config
+            cached = self._cache[name] = resolve_block(overlay(self.global_block, agent_block))
         return cached
 
     def extensions(self, agent_id: str) -> Extensions:
         """The agent's resolved ``loopwarden`` block (all off without one)."""
-        cached = self._ext_cache.get(agent_id)
+        if self.global_ext is None and not self.agent_ext:
+            return DEFAULT_EXTENSIONS
+        name = normalize_agent_id(agent_id) if self.agent_ext else None
+        agent = self.agent_ext.get(name) if name is not None else None
+        if agent is None:
+            return self._no_block_extensions()
+        cached = self._ext_cache.get(name)
         if cached is None:
-            if self.global_ext is None and not self.agent_ext:
-                cached = DEFAULT_EXTENSIONS
-            else:
-                agent = self.agent_ext.get(normalize_agent_id(agent_id))
-                cached = resolve_extensions(overlay_extensions(self.global_ext, agent))[0]
-            self._ext_cache[agent_id] = cached
+            cached = self._ext_cache[name] = resolve_extensions(overlay_extensions(self.global_ext, agent))[0]
         return cached
 
     def extensions_of(self, event: Any) -> Extensions:
@@ -268,22 +303,28 @@ class FleetConfig:
             return ext
         if ext is DEFAULT_EXTENSIONS:
             return _OBSERVED_DEFAULT  # no block of its own: one shared value, nothing cached per agent
-        cached = self._observed_cache.get(agent_id)
+        name = normalize_agent_id(agent_id)
+        key = name if name in self.agent_ext else ""  # cached per agent with a block, else one shared value
+        cached = self._observed_cache.get(key)
         if cached is None:
-            cached = self._observed_cache[agent_id] = observed(ext)
+            cached = self._observed_cache[key] = observed(ext)
         return cached
+
+    def _no_block_extensions(self) -> Extensions:
+        """What every agent without a ``loopwarden`` block of its own resolves to (one shared object)."""
+        if self._default_ext is None:
+            self._default_ext = resolve_extensions(overlay_extensions(self.global_ext, None))[0]
+        return self._default_ext
 
     def fleet_wide(self) -> bool:
         """Whether any agent has a fleet-wide extension on (``incidents`` or ``crossRun``); when none
-        has, the worker skips the fleet hooks per event altogether."""
-        if self._fleet_wide is None:
-            if self.global_ext is None and not self.agent_ext:
-                self._fleet_wide = False
-            else:
-                blocks = [None, *self.agent_ext.values()]  # None: an agent without a block of its own
-                resolved = (resolve_extensions(overlay_extensions(self.global_ext, b))[0] for b in blocks)
-                self._fleet_wide = any(e.incidents.enabled or e.cross_run.enabled for e in resolved)
-        return self._fleet_wide
+        has, the worker skips the fleet hooks per event altogether. Kept up to date per agent; after a
+        ``*`` record it is worked out again, once, over the agents with a ``loopwarden`` block."""
+        if self.global_ext is None and not self.agent_ext:
+            return False
+        if self._wide_agents is None:
+            self._wide_agents = {name for name in self.agent_ext if _wide(self.extensions(name))}
+        return bool(self._wide_agents) or _wide(self._no_block_extensions())
 
     def problems(self) -> list[str]:
         """What in the ``loopwarden`` blocks was ignored, and why."""
@@ -292,26 +333,59 @@ class FleetConfig:
             out += [f"agent {agent}: {p}" for p in resolve_extensions(block)[1]]
         return out
 
-    def with_override(self, key: str, block: Any, ext: Any = None) -> FleetConfig:
-        """Apply one config-topic record: key ``*`` is the global block; ``None`` deletes.
+    def set_override(self, key: str, block: Any, ext: Any = None, delete: bool = False) -> bool:
+        """Apply one config-topic record in place; False if it was ignored (``MAX_AGENT_OVERRIDES``).
 
-        ``ext`` is the record's ``loopwarden`` block; a record without one
-        leaves that agent's (or the global) extension settings as they were.
+        Key ``*`` is the global block. A record without a ``loopDetection`` block
+        (``block`` None) gives that key the config file's block back; ``ext`` is
+        the record's ``loopwarden`` block, and a record without one leaves that
+        agent's (or the global) extension settings as they were. ``delete`` (a
+        tombstone) gives back the file's blocks, both of them.
         """
         block = block if isinstance(block, dict) else None
         ext = ext if isinstance(ext, dict) else None
+        file_global, file_agents, file_global_ext, file_agent_ext = self._file
         if key == GLOBAL_KEY:
-            return FleetConfig(block, self.agent_blocks, ext if ext is not None else self.global_ext, self.agent_ext)
-        agents = dict(self.agent_blocks)
-        agent_ext = dict(self.agent_ext)
+            self.global_block = block if block is not None else file_global
+            if delete:
+                self.global_ext = file_global_ext
+            elif ext is not None:
+                self.global_ext = ext
+            self._reset_global()
+            return True
         name = normalize_agent_id(key)
-        if block is None:
-            agents.pop(name, None)
+        if delete:
+            self._live.discard(name)
+        elif name not in self._live:
+            if len(self._live) >= MAX_AGENT_OVERRIDES:
+                return False
+            self._live.add(name)
+        if block is not None:
+            self.agent_blocks[name] = block
+        elif name in file_agents:
+            self.agent_blocks[name] = file_agents[name]
         else:
-            agents[name] = block
+            self.agent_blocks.pop(name, None)
+        if delete:
+            ext = file_agent_ext.get(name)
+            if ext is None:
+                self.agent_ext.pop(name, None)
         if ext is not None:
-            agent_ext[name] = ext
-        return FleetConfig(self.global_block, agents, self.global_ext, agent_ext)
+            self.agent_ext[name] = ext
+        self._cache.pop(name, None)
+        self._ext_cache.pop(name, None)
+        self._observed_cache.pop(name, None)
+        if self._wide_agents is not None:
+            self._wide_agents.discard(name)
+            if name in self.agent_ext and _wide(self.extensions(name)):
+                self._wide_agents.add(name)
+        return True
+
+    def with_override(self, key: str, block: Any, ext: Any = None, delete: bool = False) -> FleetConfig:
+        """A copy with one config-topic record applied (:meth:`set_override`)."""
+        clone = self.copy()
+        clone.set_override(key, block, ext, delete)
+        return clone
 
 
 def parse_config_text(text: str, name: str | None = None) -> Any:

@@ -145,6 +145,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         s.config_topic,
         on_update=metrics.config_updates.inc,
         client_kwargs=kafka_auth(s),
+        on_ignored=metrics.config_ignored.inc,
     )
 
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:

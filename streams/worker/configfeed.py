@@ -6,7 +6,13 @@ and folds every record into its :class:`FleetConfig`: key = agent id or
 ``*`` (global block), value = a ``loopDetection`` block as JSON/JSON5, or a
 document-shaped record ``{"tools": {"loopDetection": ...}, "loopwarden": ...}``
 (either part may be absent; a record without ``loopwarden`` leaves the
-extension settings as they were), null = delete.
+extension settings as they were), null = delete: the config file's blocks
+for that key are in force again (for ``*`` too).
+Each record is applied in place in O(1) (:meth:`FleetConfig.set_override`),
+with a turn of the event loop every ``YIELD_EVERY`` records: 100k per-agent
+records load in seconds (``loopwarden bench config``). Beyond
+``MAX_AGENT_OVERRIDES`` agents with overrides a record for one more is
+ignored, logged and counted.
 ``loaded`` is set once the topic has been read up to the high watermarks
 of the first fetch (Fetch high watermarks are right on Tansu, end offsets
 are not), so processing starts with the overrides already in force.
@@ -20,10 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from loopwarden.kafka.topics import assign_from_start
-from loopwarden.schemas.config import ConfigError, FleetConfig, parse_config_text
+from loopwarden.schemas.config import MAX_AGENT_OVERRIDES, ConfigError, FleetConfig, parse_config_text
 from loopwarden.schemas.config_check import record_warnings
 
 log = logging.getLogger(__name__)
+
+YIELD_EVERY = 100  # records applied between turns of the event loop
 
 
 def block_of(value: bytes | None) -> tuple[dict | None, dict | None]:
@@ -54,8 +62,11 @@ class ConfigFeed:
         topic: str,
         on_update: Callable[[], Any] | None = None,
         client_kwargs: dict | None = None,
+        on_ignored: Callable[[], Any] | None = None,
     ) -> None:
-        self.fleet = base
+        self.fleet = base.copy()  # updated in place, record by record; the caller's object stays as it was
+        self.on_ignored = on_ignored
+        self.ignored = 0
         self.client_kwargs = client_kwargs or {}  # TLS/SASL (loopwarden.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
@@ -75,7 +86,18 @@ class ConfigFeed:
         name = key.decode("utf-8", "replace")
         for text in record_warnings(block, ext, name):  # as `loopwarden config check` words them
             log.warning("config topic: %s", text)
-        self.fleet = self.fleet.with_override(name, block, ext)
+        if not self.fleet.set_override(name, block, ext, delete=block is None and ext is None):
+            self.ignored += 1
+            if self.ignored == 1 or self.ignored % 1000 == 0:
+                log.warning(
+                    "config record for %r ignored: more than %d agents have overrides (%d records ignored so far)",
+                    name[:200],
+                    MAX_AGENT_OVERRIDES,
+                    self.ignored,
+                )
+            if self.on_ignored is not None:
+                self.on_ignored()
+            return False
         self.applied += 1
         if self.on_update is not None:
             self.on_update()
@@ -96,9 +118,13 @@ class ConfigFeed:
             tps = await assign_from_start(consumer, self.topic)
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=1000)
+                applied = 0
                 for records in batches.values():
                     for record in records:
                         self.apply(record.key, record.value)
+                        applied += 1
+                        if applied % YIELD_EVERY == 0:
+                            await asyncio.sleep(0)  # a fetch of 1,000 records must not hold up the loop
                 if not self.loaded.is_set() and await self._caught_up(consumer, tps):
                     self.loaded.set()
         finally:

@@ -113,6 +113,11 @@ class Metrics:
             registry=r,
         )
         self.config_updates = Counter("loopwarden_config_updates", "Records applied from the config topic", registry=r)
+        self.config_ignored = Counter(
+            "loopwarden_config_ignored",
+            "Config-topic records ignored: a new agent beyond the cap of agents with overrides",
+            registry=r,
+        )
         self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
         # Fleet extensions (loopwarden.fleet); labels: state, signal kind, capped tool name.
         self.fleet_signals = Counter(
