@@ -1,4 +1,4 @@
-"""``loopwarden bench config``: per-agent config records applied per second, at fleet scale, and the loop's longest stall.
+"""``loopwarden bench config``: per-agent config records applied per second at fleet scale; the longest loop stall.
 
 ``--records`` per-agent records (default 100k, one agent each) go through the
 config feed's own path (parse, warnings, :meth:`FleetConfig.set_override`) on

@@ -74,12 +74,10 @@ def test_a_run_state_larger_than_the_changelog_accepts_is_reset_and_the_worker_g
     produce_events(tansu, names.events, big)
     worker.wait_metric("loopwarden_oversized_runs_total", 1)
     produce_events(tansu, names.events, _calls("after", "b", 6))  # the stream goes on
-    verdicts = decode_verdicts(
-        collect(
-            tansu,
-            names.control,
-            until=lambda rs: any(v.get("run_id") == "after" for v in map(lambda r: json.loads(r.value), rs)),
-        )
-    )
+
+    def answered(rs: list) -> bool:
+        return any(json.loads(r.value).get("run_id") == "after" for r in rs)
+
+    verdicts = decode_verdicts(collect(tansu, names.control, until=answered))
     assert ("after", "allow") in {(v["run_id"], v["action"]) for _key, v in verdicts}
     assert worker.alive
