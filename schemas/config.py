@@ -39,7 +39,7 @@ DEFAULT_GUARD_WINDOW = 3
 # (``historySize: 1e9``). The thresholds only need to stay finite counts. Values within the caps
 # resolve exactly as before; ``loopwarden config check`` notes a clamped value.
 KNOB_CAPS: dict[str, int] = {
-    "historySize": 1000,
+    "historySize": 10_000,
     "warningThreshold": 1_000_000,
     "criticalThreshold": 1_000_000,
     "globalCircuitBreakerThreshold": 1_000_000,

@@ -245,22 +245,22 @@ def test_numbers_above_their_cap_are_clamped_and_noted():
     }
     effective, notes = explain_block(block)
     assert effective == resolve_block(block)
-    assert effective.history_size == KNOB_CAPS["historySize"] == 1000
+    assert effective.history_size == KNOB_CAPS["historySize"] == 10_000
     assert effective.guard_window == KNOB_CAPS["windowSize"]
     assert effective.warning_threshold == KNOB_CAPS["warningThreshold"]
     assert effective.critical_threshold == KNOB_CAPS["warningThreshold"] + 1  # §1.5 after the cap
     texts = [n.text for n in notes]
-    assert "historySize 1000000000 is above the cap 1000: 1000" in texts
+    assert "historySize 1000000000 is above the cap 10000: 10000" in texts
     assert "postCompactionGuard.windowSize 5000 is above the cap 1000: 1000" in texts
     # within the caps nothing changes, and nothing is noted
-    at_cap = {"enabled": True, "historySize": 1000, "postCompactionGuard": {"windowSize": 1000}}
+    at_cap = {"enabled": True, "historySize": 10_000, "postCompactionGuard": {"windowSize": 1000}}
     effective, notes = explain_block(at_cap)
-    assert (effective.history_size, effective.guard_window, notes) == (1000, 1000, [])
+    assert (effective.history_size, effective.guard_window, notes) == (10_000, 1000, [])
 
 
 def test_a_live_record_above_a_cap_is_logged(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
     with caplog.at_level(logging.WARNING, logger="loopwarden.worker.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "historySize": 1e9}')
-    assert "record 'coder': loopDetection.historySize 1000000000 is above the cap 1000: 1000" in caplog.text
-    assert feed.fleet.resolve("coder").history_size == 1000
+    assert "record 'coder': loopDetection.historySize 1000000000 is above the cap 10000: 10000" in caplog.text
+    assert feed.fleet.resolve("coder").history_size == 10_000

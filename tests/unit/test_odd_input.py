@@ -11,7 +11,7 @@ from __future__ import annotations
 from loopwarden.detection import engine
 from loopwarden.detection import state as state_module
 from loopwarden.replay import BadLine, replay_lines
-from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
+from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, _positive_int, load_config, parse_config_text
 from loopwarden.schemas.events import decode_event
 from tests.unit.helpers import LOW, Run, msg_unknown, sha, sig
 
@@ -94,9 +94,11 @@ def test_7_400_digit_integer_threshold_is_infinity_so_default():
     text = '{"tools":{"loopDetection":{"enabled":true,"warningThreshold":1%s}}}' % ("0" * 400)
     resolved = FleetConfig.from_document(parse_config_text(text)).resolve("a")
     assert (resolved.warning_threshold, resolved.critical_threshold) == (10, 20)
-    # A 300-digit integer is finite (1e300 is an integer in JavaScript): it counts.
+    # A 300-digit integer is finite (1e300 is an integer in JavaScript): it counts, as the cap
+    # (RULES.md §1.9: a number above its cap counts as the cap; not the default).
     text = '{"tools":{"loopDetection":{"historySize":1%s}}}' % ("0" * 300)
-    assert FleetConfig.from_document(parse_config_text(text)).resolve("a").history_size == int(1e300)
+    assert FleetConfig.from_document(parse_config_text(text)).resolve("a").history_size == KNOB_CAPS["historySize"]
+    assert _positive_int(parse_config_text(text)["tools"]["loopDetection"]["historySize"], 30) == int(1e300)
 
 
 def test_2_lone_surrogate_in_config_strings_is_read():
