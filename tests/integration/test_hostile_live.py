@@ -49,7 +49,7 @@ def test_twenty_thousand_agent_overrides_load_and_a_star_tombstone_restores_the_
     verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 2))
     by_run = {v["run_id"]: (v["action"], v.get("detector"), v.get("count")) for _key, v in verdicts}
     assert by_run == {"run-off": ("allow", None, None), "run-on": ("block", "generic_repeat", 5)}
-    assert worker.alive
+    assert worker.alive()
 
 
 def test_a_run_state_larger_than_the_changelog_accepts_is_reset_and_the_worker_goes_on(tansu, names, workers, tmp_path):
@@ -80,4 +80,18 @@ def test_a_run_state_larger_than_the_changelog_accepts_is_reset_and_the_worker_g
 
     verdicts = decode_verdicts(collect(tansu, names.control, until=answered))
     assert ("after", "allow") in {(v["run_id"], v["action"]) for _key, v in verdicts}
-    assert worker.alive
+    assert worker.alive()
+
+
+def test_the_stall_exit_is_rearmed_by_the_heartbeat(tansu, names, workers, tmp_path):
+    """A worker whose stall exit is 5 s stays up for longer than that while its loop runs (the heartbeat
+    re-arms the C-level timer; armed once, it exits 5 s later); the exit itself is tested on a stall inside
+    C code in tests/unit/test_health.py."""
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(FILE))
+    worker = workers(names, config=config, extra=["--stall-exit-after", "5"])
+    worker.wait_ready()
+    produce_events(tansu, names.events, _calls("run-a", "a", 6))
+    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1, idle=10.0))
+    assert [v["action"] for _key, v in verdicts] == ["block"]
+    assert worker.alive()
