@@ -409,10 +409,13 @@ def parse_config_text(text: str, name: str | None = None) -> Any:
         raise ConfigError(_parse_error(text, error, name)) from None
 
 
-# Strings and comments are matched (and kept) so that only numerals are rewritten.
+# Strings and comments are matched (and kept) so that only numerals are rewritten. Linear on any
+# text (a config record is hostile input): atomic groups and possessive repeats never backtrack, and
+# a string or comment left open matches up to the end instead of failing (a failing match would be
+# retried from every later quote: quadratic on a run of escaped quotes, as on a run of digits).
 _OVERFLOW_NUMERAL = re.compile(
-    r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/'
-    r"|(?<![\w$.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w$.])",
+    r'"(?>[^"\\]++|\\.)*+"?|\'(?>[^\'\\]++|\\.)*+\'?|//[^\n]*+|/\*(?>.*?\*/|.*+)'
+    r"|(?<![\w$.])(?>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![\w$.])",
     re.DOTALL,
 )
 

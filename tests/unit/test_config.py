@@ -393,3 +393,26 @@ def test_rule_1_1_agent_id_trim_is_javascript_trim():
     fleet = FleetConfig.from_document(doc)
     assert fleet.resolve("\ufeffOps\u00a0").history_size == 7  # BOM and NBSP are JS whitespace
     assert fleet.resolve("ops\x85").history_size == 30  # U+0085 is not: a different agent
+
+
+HOSTILE_CONFIG_TEXTS = """
+from loopwarden.schemas.config import ConfigError, parse_config_text
+n = 250_000
+for text in ('{"a": "' + '\\\\"' * n, "{'a': '" + "\\\\'" * n, '{"a": ' + "1" * n + "x}", "/*" * n):
+    try:
+        parse_config_text(text)
+    except ConfigError:
+        print("refused")
+"""
+
+
+def test_hostile_config_text_is_parsed_in_linear_time():
+    """Issue 23 (config records are input too): the fallback that rewrites overflowing numerals retried its
+    string pattern from every escaped quote of an unterminated string, and backtracked over a digit run
+    (4,000 of either: 2-4 s; these: hours). In a subprocess; the timeout only guards the suite."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", HOSTILE_CONFIG_TEXTS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["refused"] * 4
