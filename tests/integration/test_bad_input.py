@@ -25,6 +25,7 @@ BAD = {
     "blank_agent_id": json.dumps({**LOOP, "agent_id": "  "}).encode(),
     "too_large": json.dumps({**LOOP, "params": {"blob": "x" * 5000}}).encode(),
     "too_deep": json.dumps({**LOOP, "params": json.loads("[" * 40 + "]" * 40)}).encode(),
+    "id_too_long": json.dumps({**LOOP, "tool_call_id": "c" * 513}).encode(),
 }
 
 
