@@ -104,3 +104,19 @@ def test_fleet_wide_follows_single_agent_updates():
     fleet.set_override("*", None, {"crossRun": {"enabled": True}})
     fleet.set_override("b", None, {"crossRun": {"enabled": False}})
     assert fleet.fleet_wide()  # every agent but b
+
+
+def test_observed_extensions_follow_live_overrides_and_stay_shared():
+    from types import SimpleNamespace
+
+    fleet = FleetConfig.from_document({"loopwarden": {"escalation": {"afterBlocks": 2}}})
+    span = SimpleNamespace(agent_id="a", origin="otel")
+    first = fleet.extensions_of(span)
+    assert first.shadow is True and first.escalation.after_blocks == 2
+    for i in range(1000):  # agents without a block of their own share one observed value
+        assert fleet.extensions_of(SimpleNamespace(agent_id=f"agent-{i}", origin="otel")) is first
+    fleet.set_override("a", None, {"escalation": {"afterBlocks": 5}})
+    assert fleet.extensions_of(span).escalation.after_blocks == 5 and fleet.extensions_of(span).shadow is True
+    assert len(fleet._observed_cache) <= 2
+    fleet.set_override("a", None, delete=True)
+    assert fleet.extensions_of(span) is first
