@@ -40,7 +40,7 @@ SCREEN_ROWS, SCREEN_COLUMNS = 24, 80  # the view fits an 80×24 terminal: open i
 PANEL_ROWS = 6  # the status panel: four lines and its two borders
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not a terminal
 
-# What the screen shows; the README's first screen says the same.
+# What the screen shows (it prints this legend under the view).
 LEGEND = (
     "warn     a note to the model · block: call refused · abort: run stopped",
     "allow    a gated call may go on · tool, agent: of the detector's latest verdict",

@@ -5,12 +5,17 @@ while the worker's RocksDB state (kept in ``--data-dir``) remembers offsets
 of the old topics: its changelog position and, per run, the last applied
 event offset. Put back as they were, the records get their old offsets
 again (a memory topic starts at 0 and never compacts, and each partition's
-records are produced in order, one in flight at a time), and with the
-consumer groups' committed offsets the worker carries on where it stopped:
-run histories, live config overrides and open incidents included.
+records are produced in order), so the worker's state matches the topics:
+run histories, live config overrides and open incidents carry on. Consumer
+group offsets are not put back (Tansu accepts a commit only from a member of
+the group's own protocol): the worker reads the events again from the start
+and skips, per run, what its state says it applied; a run that ended more
+than ``--ended-ttl`` ago is processed again and its verdicts published again
+with their old ``verdict_id``, which runners drop.
 
 The file: one msgpack document, :class:`Snapshot`. Saved after the worker
-stopped (nothing is written meanwhile), restored before it starts.
+stopped (nothing is written meanwhile), restored before it starts. Topic
+configs are not kept (Tansu's memory engine applies none).
 """
 
 from __future__ import annotations
@@ -35,22 +40,15 @@ class Record(msgspec.Struct, array_like=True):
 class Topic(msgspec.Struct, kw_only=True):
     name: str
     partitions: int
-    configs: dict[str, str]
     records: list[Record]
-
-
-class GroupOffsets(msgspec.Struct, kw_only=True):
-    group: str
-    offsets: list[tuple[str, int, int]]  # (topic, partition, next offset)
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
     topics: list[Topic]
-    groups: list[GroupOffsets]
 
 
 class BrokerSnapshot:
-    """Save a broker's topics and group offsets to ``path``, and put them back on an empty broker."""
+    """Save a broker's topics to ``path``, and put them back on an empty broker."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -60,7 +58,7 @@ class BrokerSnapshot:
         return self.path / FILE
 
     def save(self, bootstrap: str) -> int:
-        """Write every topic's records and every group's offsets; the number of records."""
+        """Write every topic's records; the number of records."""
         snap = asyncio.run(read_broker(bootstrap))
         self.path.mkdir(parents=True, exist_ok=True)
         tmp = self.file.with_suffix(".tmp")
@@ -69,7 +67,7 @@ class BrokerSnapshot:
         return sum(len(t.records) for t in snap.topics)
 
     def restore(self, bootstrap: str) -> int:
-        """Put the saved records and offsets on the (empty) broker; the number of records (0: none saved)."""
+        """Put the saved records on the (empty) broker; the number of records (0: none saved)."""
         if not self.file.is_file():
             return 0
         snap = msgspec.msgpack.decode(self.file.read_bytes(), type=Snapshot)
@@ -86,11 +84,12 @@ async def read_broker(bootstrap: str) -> Snapshot:
     await admin.start()
     await consumer.start()
     try:
+        names = sorted(name for name in await admin.list_topics() if not name.startswith("__"))  # not the broker's
+        # partition counts first: once the consumer is assigned, its metadata covers those topics only
+        counts = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)} if names else {}
         topics: list[Topic] = []
-        for name in sorted(await consumer.topics()):
-            if name.startswith("__"):
-                continue  # the broker's own
-            parts = sorted(consumer.partitions_for_topic(name) or ())
+        for name in names:
+            parts = range(counts.get(name, 0))
             tps = [TopicPartition(name, p) for p in parts]
             records: list[Record] = []
             if tps:
@@ -106,26 +105,16 @@ async def read_broker(bootstrap: str) -> Snapshot:
                         ]
                         if await consumer.position(tp) >= ends[tp]:
                             todo.discard(tp)
-            topics.append(Topic(name=name, partitions=len(parts), configs={}, records=records))
-        groups = []
-        for group_id, _protocol in await admin.list_consumer_groups():
-            offsets = await admin.list_consumer_group_offsets(group_id)
-            groups.append(
-                GroupOffsets(
-                    group=group_id,
-                    offsets=[(tp.topic, tp.partition, meta.offset) for tp, meta in offsets.items() if meta.offset >= 0],
-                )
-            )
-        return Snapshot(topics=topics, groups=groups)
+            topics.append(Topic(name=name, partitions=len(parts), records=records))
+        return Snapshot(topics=topics)
     finally:
         await consumer.stop()
         await admin.close()
 
 
 async def write_broker(bootstrap: str, snap: Snapshot) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.structs import OffsetAndMetadata
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="loopwarden-snapshot")
     await admin.start()
@@ -133,7 +122,7 @@ async def write_broker(bootstrap: str, snap: Snapshot) -> None:
         existing = set(await admin.list_topics())
         for t in snap.topics:
             if t.name not in existing:
-                await admin.create_topics([NewTopic(t.name, t.partitions, 1, topic_configs=t.configs)])
+                await admin.create_topics([NewTopic(t.name, t.partitions, 1)])
     finally:
         await admin.close()
     # one request in flight per partition keeps each partition's order, hence its offsets
@@ -156,14 +145,3 @@ async def write_broker(bootstrap: str, snap: Snapshot) -> None:
                 await asyncio.gather(*pending)
     finally:
         await producer.stop()
-    for g in snap.groups:
-        if not g.offsets:
-            continue
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=g.group, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tps = {TopicPartition(topic, p): OffsetAndMetadata(offset, "") for topic, p, offset in g.offsets}
-            consumer.assign(list(tps))
-            await consumer.commit(tps)
-        finally:
-            await consumer.stop()

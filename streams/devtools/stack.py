@@ -38,14 +38,16 @@ STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 
 
 def raise_on_stop_signals() -> None:
-    """From now on SIGHUP and SIGTERM raise :class:`Hangup` (SIGINT raises KeyboardInterrupt as always)."""
+    """From now on SIGHUP and SIGTERM raise :class:`Hangup` and SIGINT KeyboardInterrupt (also when
+    started in the background of a shell, which leaves SIGINT ignored)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _raise_hangup)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def ignore_stop_signals() -> None:
     """Called first thing in a clean-up, so that a second signal does not interrupt it."""
-    for sig in STOP_SIGNALS:
+    for sig in (*STOP_SIGNALS, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
 
 

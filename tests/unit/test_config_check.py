@@ -233,3 +233,18 @@ def test_live_config_record_logs_the_same_warnings(caplog):
         in caplog.text
     )
     assert feed.fleet.resolve("coder").enabled is True
+
+
+# ---------------------------------------------------------------- the notice when detection is off
+
+
+def test_detection_off_notice_is_said_exactly_when_the_global_block_is_not_enabled():
+    from loopwarden.schemas.config_check import detection_off_notice
+
+    off = detection_off_notice(FleetConfig())
+    assert off is not None and "loop detection is off" in off and "enabled: true" in off
+    assert detection_off_notice(FleetConfig({"enabled": "yes"})) is None  # truthy counts, as in OpenClaw
+    assert detection_off_notice(FleetConfig({"enabled": True, "warningThreshold": 5})) is None
+    assert detection_off_notice(FleetConfig({"enabled": False})) is not None
+    some = detection_off_notice(FleetConfig({}, {"coder": {"enabled": True}, "other": {}}))
+    assert some is not None and "on only for the listed agents coder" in some

@@ -32,7 +32,7 @@ from loopwarden.worker.runcodec import decode_key
 from loopwarden.worker.runcodec import state_key as table_key
 from loopwarden.worker.screening import dead_letter_value, screen
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+WIRE = Path(__file__).resolve().parents[2] / "schemas" / "WIRE.md"
 LIMIT_BYTES, LIMIT_DEPTH = 1 << 20, 64
 
 
@@ -156,11 +156,11 @@ def test_run_key_is_utf8_and_state_key_stays_exact():
     assert table_key(plain) == b'["a","r"]' and decode_key(table_key(plain)) == ("a", "r")
 
 
-# ---------------------------------------------------------------- the README's table
+# ---------------------------------------------------------------- the wire contract's table
 
 
-def test_readme_lists_every_reason_once_with_an_example_that_gets_it():
-    text = README.read_text(encoding="utf-8")
+def test_wire_lists_every_reason_once_with_an_example_that_gets_it():
+    text = WIRE.read_text(encoding="utf-8")
     section = text.split("### Dead-letter reasons", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     rows = re.findall(r"^\| `([a-z_]+)` \| (.*?) \| `(.*)` \|$", section, re.M)
     assert [r[0] for r in rows] == list(DEAD_LETTER_REASONS)
