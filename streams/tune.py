@@ -477,16 +477,19 @@ def render(report: Report, console, top: int) -> None:
 
 
 class Series(msgspec.Struct, frozen=True, kw_only=True):
-    """One line of the plot: the settings of the other knobs that share it, and its points."""
+    """One line of a chart: the settings of the other knobs it stands for, and its points."""
 
-    labels: list[str]  # one per merged group of the other knobs ("" when there is no other knob)
+    labels: list[str]  # one per merged setting of the other knobs ("" when there is no other knob)
     xs: list[int]
-    blocked: list[int]
-    cut_calls: list[int]
+    ys: list[int]
 
 
-def plot_series(report: Report) -> list[Series]:
-    """The plot's lines: one per value of the knobs after the first, identical lines merged into one.
+PLOTTED = (("blocked", "blocked runs", "runs blocked"), ("cut_calls", "cut calls", "calls refused"))
+
+
+def plot_series(report: Report, field: str) -> list[Series]:
+    """A chart's lines (``field`` of the fleet counts against the first knob): one per setting of
+    the knobs after the first, identical lines merged into one.
 
     Many settings of a second knob often give exactly the same counts (a critical threshold
     above every streak in the trace); drawn apart, those lines lie on top of each other and
@@ -500,12 +503,9 @@ def plot_series(report: Report) -> list[Series]:
     merged: dict[tuple, list[str]] = {}
     for group, settings in groups.items():
         xs = tuple(s.knobs[x_knob] for s in settings)
-        ys = (tuple(s.fleet.blocked for s in settings), tuple(s.fleet.cut_calls for s in settings))
-        merged.setdefault((xs, *ys), []).append(", ".join(f"{k}={v}" for k, v in zip(others, group)))
-    return [
-        Series(labels=labels, xs=list(xs), blocked=list(blocked), cut_calls=list(cut))
-        for (xs, blocked, cut), labels in merged.items()
-    ]
+        ys = tuple(getattr(s.fleet, field) for s in settings)
+        merged.setdefault((xs, ys), []).append(", ".join(f"{k}={v}" for k, v in zip(others, group)))
+    return [Series(labels=labels, xs=list(xs), ys=list(ys)) for (xs, ys), labels in merged.items()]
 
 
 def _legend_label(labels: list[str]) -> str:
@@ -514,7 +514,8 @@ def _legend_label(labels: list[str]) -> str:
 
 
 def draw(report: Report):
-    """The sweep chart as a matplotlib Figure: blocked runs and cut calls against the first knob."""
+    """The sweep chart as a matplotlib Figure: blocked runs and cut calls against the first knob,
+    whole-number ticks, each chart's legend below it (never over its data)."""
     try:
         import matplotlib
     except ImportError:
@@ -526,29 +527,22 @@ def draw(report: Report):
     knobs = list(report.settings[0].knobs)
     if not knobs:
         raise SystemExit("loopwarden tune --plot needs --sweep")
-    series = plot_series(report)
-    fig, (ax_runs, ax_calls) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
     markers = "os^Dvx*+"
-    for i, line in enumerate(series):
-        label = _legend_label(line.labels) if line.labels != [""] else None
-        style = {"marker": markers[i % len(markers)], "label": label, "alpha": 0.85}
-        ax_runs.plot(line.xs, line.blocked, **style)
-        ax_calls.plot(line.xs, line.cut_calls, **style)
-    ax_runs.set(xlabel=knobs[0], ylabel="runs blocked", title="blocked runs")
-    ax_calls.set(xlabel=knobs[0], ylabel="calls refused", title="cut calls")
-    for ax in (ax_runs, ax_calls):
+    for ax, (field, title, ylabel) in zip(axes, PLOTTED):
+        series = plot_series(report, field)
+        for i, line in enumerate(series):
+            label = _legend_label(line.labels) if line.labels != [""] else None
+            ax.plot(line.xs, line.ys, marker=markers[i % len(markers)], label=label, alpha=0.85)
+        ax.set(xlabel=knobs[0], ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # knobs and counts are whole numbers
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(bottom=0)
+        if len(knobs) > 1 and len(series) <= 12:
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)
     fig.suptitle(f"loopwarden tune: {report.events} events, {report.runs} runs")
-    if len(knobs) > 1 and len(series) <= 12:
-        # below both charts, never over their data
-        fig.legend(*ax_runs.get_legend_handles_labels(), loc="lower center", ncol=min(3, len(series)), fontsize="small")
-        rows = -(-len(series) // min(3, len(series)))
-        fig.tight_layout(rect=(0, 0.06 * rows + 0.02, 1, 1))
-    else:
-        fig.tight_layout()
+    fig.tight_layout()  # takes the legends below the charts into account
     return fig
 
 
