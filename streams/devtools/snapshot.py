@@ -14,7 +14,10 @@ than ``--ended-ttl`` ago is processed again and its verdicts published again
 with their old ``verdict_id``, which runners drop.
 
 The file: one msgpack document, :class:`Snapshot`. Saved after the worker
-stopped (nothing is written meanwhile), restored before it starts. Topic
+stopped (nothing is written meanwhile), restored before it starts, and then
+removed by ``up``: a session that does not stop cleanly saves none, and the
+next ``up`` starts its worker afresh rather than on state that remembers
+records the broker no longer has. Topic
 configs are not kept (Tansu's memory engine applies none).
 """
 

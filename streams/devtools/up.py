@@ -119,9 +119,15 @@ def main(args: argparse.Namespace) -> int:
             from loopwarden.devtools.snapshot import BrokerSnapshot
 
             snapshots = BrokerSnapshot(work / "broker")
-            restored = snapshots.restore(stack.bootstrap)
-            if restored:
+            if snapshots.file.is_file():
+                restored = snapshots.restore(stack.bootstrap)
+                snapshots.file.unlink()  # in use now: saved again at a clean stop
                 print(f"{prog}: restored {restored} records from {snapshots.path}", file=sys.stderr, flush=True)
+            elif stack.state_dir.exists():
+                # the last `up` did not stop cleanly: its broker records are gone, and a worker state
+                # that remembers offsets of topics that no longer exist would skip new events
+                print(f"{prog}: no broker records were saved with {stack.state_dir}: starting afresh", file=sys.stderr)
+                shutil.rmtree(stack.state_dir)
         worker = stack.start_worker()
         worker.wait_ready(120.0)
         print(banner(stack.bootstrap, worker.port, worker.log_path, work if keep else None), flush=True)

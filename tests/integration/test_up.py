@@ -162,7 +162,22 @@ def test_up_data_dir_keeps_a_runs_history_across_restarts(tmp_path):
         assert "restored" in second.err.read_text()
         actions = asyncio.run(calls(second.bootstrap, 11))
         assert actions == ["warn"] + ["allow"] * 9 + ["block"], actions  # forgotten: 10 allows, then a warn
-        assert second.stop() == 0, second.text()
+        children = second.descendants()
+        second.proc.kill()  # no clean stop: no records saved with the state it leaves
+        second.proc.wait(30)
+        deadline = time.monotonic() + 60  # its worker and broker follow it (parent-death signal)
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in children)
     finally:
         if second.proc.poll() is None:
             second.proc.kill()
+    third = Up(tmp_path, "--config", str(CONFIG), "--data-dir", str(data))
+    try:
+        third.wait_banner()
+        assert "starting afresh" in third.err.read_text()
+        assert asyncio.run(calls(third.bootstrap, 11)) == ["allow"] * 10 + ["warn"]  # a new start, consistent
+        assert third.stop() == 0, third.text()
+    finally:
+        if third.proc.poll() is None:
+            third.proc.kill()
