@@ -14,38 +14,10 @@ this file against ``loopwarden up`` (tests/integration/test_up.py).
 
 from __future__ import annotations
 
-import asyncio
+# README: begin
 import os
 import uuid
 
-
-async def web_fetch(url: str) -> dict:
-    """Your tool: here a page that never changes."""
-    return {"content": [{"type": "text", "text": f"{url}: status pending"}]}
-
-
-class StuckModel:
-    """Your model: here one that asks for the same page until it is told to stop."""
-
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-        self.turns = 0
-
-    def next_tool_call(self) -> tuple[str, str, dict] | None:
-        self.turns += 1
-        if any("blocked" in note.lower() for note in self.notes) or self.turns > 60:
-            return None  # it read the veto and answers without the tool
-        return f"call-{self.turns}", "web_fetch", {"url": "https://example.test/job/42"}
-
-    def add_tool_result(self, call_id: str, result: dict, note: str | None = None) -> None:
-        text = result["content"][0]["text"]
-        self.notes += [text] + ([note] if note else [])
-
-
-tools = {"web_fetch": web_fetch}
-
-
-# README: begin
 from loopwarden.runner import LoopClient
 
 
@@ -75,5 +47,34 @@ async def main() -> str:
 
 # README: end
 
+
+async def web_fetch(url: str) -> dict:
+    """Your tool; here a page that never changes."""
+    return {"content": [{"type": "text", "text": f"{url}: status pending"}]}
+
+
+class StuckModel:
+    """Your model: here one that asks for the same page until it is told to stop."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.turns = 0
+
+    def next_tool_call(self) -> tuple[str, str, dict] | None:
+        self.turns += 1
+        if any("blocked" in note.lower() for note in self.notes) or self.turns > 60:
+            return None  # it read the veto and answers without the tool
+        return f"call-{self.turns}", "web_fetch", {"url": "https://example.test/job/42"}
+
+    def add_tool_result(self, call_id: str, result: dict, note: str | None = None) -> None:
+        text = result["content"][0]["text"]
+        self.notes += [text] + ([note] if note else [])
+
+
+tools = {"web_fetch": web_fetch}
+
+
 if __name__ == "__main__":
+    import asyncio
+
     asyncio.run(main())
