@@ -37,6 +37,7 @@ from loopwarden.schemas.config import (
     _truthy,
     overlay,
     read_config_document,
+    resolve_block,
 )
 from loopwarden.schemas.extensions import Extensions, resolve_extensions
 
@@ -400,6 +401,25 @@ def check_file(path: str | Path) -> tuple[FleetConfig | None, ConfigReport]:
 
 
 # ------------------------------------------------------------------ text
+
+
+def detection_off_notice(fleet: FleetConfig) -> str | None:
+    """The one sentence every command says when the rolling detectors are off for agents by default.
+
+    OpenClaw runs them only when ``enabled`` is truthy, and a missing ``enabled`` counts as
+    false: a config (or none) without it detects nothing but the post-compaction guard. That
+    default is kept, verdicts unchanged; ``replay``, ``tune``, the worker and ``up`` say it
+    instead of staying silent. None when the global block turns them on.
+    """
+    if resolve_block(fleet.global_block).enabled:
+        return None
+    on = sorted(agent for agent in fleet.agent_blocks if fleet.resolve(agent).enabled)
+    only = f" (on only for the listed agents {', '.join(on[:5])}{', ...' if len(on) > 5 else ''})" if on else ""
+    return (
+        f"loop detection is off{only}: tools.loopDetection.enabled is not true (OpenClaw's default), "
+        "so repeated calls are neither warned nor blocked; only the post-compaction guard runs. "
+        "Set tools.loopDetection.enabled: true in the config to turn the detectors on."
+    )
 
 
 def _onoff(value: bool) -> str:

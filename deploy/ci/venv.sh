@@ -6,8 +6,14 @@
 # pyproject.toml and the extras installed; an unchanged pyproject with the
 # extras already there skips pip entirely (a second demo starts at once).
 # pip's output goes to .venv/install.log and is shown only when it fails.
+# One at a time: both README commands started at once in a fresh clone wait
+# for each other on .venv.lock (flock) instead of building .venv twice.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+exec 9>.venv.lock
+if command -v flock >/dev/null 2>&1; then
+  flock 9
+fi
 PY=${PYTHON:-python3}
 EXTRAS=${1:-}
 STAMP=.venv/.loopwarden-installed

@@ -143,7 +143,7 @@ def soak(runs: int, calls: int, ttl: float, waves: int, log: Any = print, worker
     after = [w["after_expiry"]["rss_mib"] for w in report["waves"]]
     report["rss_after_expiry_mib"] = after
     report["rss_growth_after_expiry_mib"] = round(after[-1] - after[0], 1)
-    # RocksDB's memtables and block cache fill up to their bound over the first waves (README,
+    # RocksDB's memtables and block cache fill up to their bound over the first waves (deploy/OPERATIONS.md,
     # "Memory"); a leak shows as growth that goes on wave after wave, so the last step is the tell.
     report["rss_growth_last_wave_mib"] = round(after[-1] - after[-2], 1) if len(after) > 1 else None
     report["rss_mib_per_1k_active_runs"] = round(

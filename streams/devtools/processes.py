@@ -83,7 +83,7 @@ class WorkerProcess:
         config: Path | str | None = None,
         extra: list[str] | tuple[str, ...] = (),
         log_dir: Path | None = None,
-        log_level: str = "info",
+        log_level: str | None = None,
         cwd: Path | None = None,
         port: int = 0,
     ) -> None:
@@ -115,10 +115,10 @@ class WorkerProcess:
             str(self.port),
             "--host",
             "127.0.0.1",
-            "--log-level",
-            self.log_level,
             *FAST_GROUP,
         ]
+        if self.log_level is not None:  # None: the worker's default
+            cmd += ["--log-level", self.log_level]
         if self.names is not None:
             cmd += self.names.args()
         if self.config is not None:

@@ -1,21 +1,20 @@
-"""The Faust worker class of loopwarden (the app's ``Worker`` setting): log level that sticks.
+"""The Faust worker class of loopwarden (the app's ``Worker`` setting): loopwarden's logging.
 
 Private name used: ``mode.Worker._setup_logging`` (checked by tests/unit/test_internals_contract.py).
-mode leaves the root logger at DEBUG and filters in its handlers, so every
-client debug call would build a log record; we set the root level itself.
+mode's own set-up adds a second handler in its own format and leaves the root
+logger at DEBUG, filtering in its handlers (so every client debug call would
+build a log record); this one installs :func:`loopwarden.worker.logs.setup_logging`
+instead: one format, the level on the root logger itself, Faust's chatter at debug.
 """
 
 from __future__ import annotations
 
-import logging
-
 import faust
+
+from loopwarden.worker.logs import setup_logging
 
 
 class Worker(faust.Worker):
     def _setup_logging(self) -> None:
-        super()._setup_logging()
-        if self.loglevel:
-            logging.getLogger().setLevel(
-                self.loglevel if isinstance(self.loglevel, int) else logging.getLevelName(str(self.loglevel).upper())
-            )
+        setup_logging(self.loglevel or "info")
+        self.spinner = None  # Faust's terminal spinner: mode's set-up drops it below warning, so do we

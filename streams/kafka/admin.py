@@ -4,8 +4,8 @@ The events, control, shadow and dead-letter topics get the configured
 partition count; the config topic is compacted with one partition (every
 worker reads all of it); the dead-letter topic's ``max.message.bytes`` fits a dead letter
 of the largest event record (base64 of the bytes plus the JSON around it).
-On an existing cluster an operator creates them the same way (README,
-"Operations").
+On an existing cluster an operator creates them the same way
+(deploy/OPERATIONS.md, "Running against an existing Kafka cluster").
 """
 
 from __future__ import annotations

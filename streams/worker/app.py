@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
 
 TABLE_NAME = "runs"
+log = logging.getLogger("loopwarden.worker")
 
 
 TRANSPORT_SCHEME = "loopwarden"  # our driver in Faust's transport registry (pyproject entry point)
@@ -43,6 +45,7 @@ class LoopwardenApp(faust.App):
     stall_exit: StallExit | None = None  # armed by the heartbeat; still armed while stopping (a hung stop exits)
 
     async def on_stop(self) -> None:
+        log.info("stopping: writing pending state, then leaving the group")
         if self.committer is not None:
             # Faust's stop waits until every batch is acked, and a batch is acked once its state
             # flush is done: write it now instead of after the flush interval.
@@ -71,10 +74,24 @@ class Runtime:
     table: RunTable
     processor: RunProcessor
     health: Health
+    was_ready: bool = False
 
     def assigned(self, app: faust.App) -> set[int]:
         topic = self.settings.events_topic
         return {tp.partition for tp in app.consumer.assignment() if tp.topic == topic}
+
+    def observe(self, app: faust.App) -> dict[str, Any]:
+        """:meth:`status`, exported as ``loopwarden_ready`` and logged when readiness changes
+        (the first time, and again after a rebalance took it away)."""
+        status = self.status(app)
+        self.metrics.ready.set(1 if status["ready"] else 0)
+        if status["ready"] != self.was_ready:
+            self.was_ready = status["ready"]
+            if self.was_ready:
+                log.info("ready: events partitions %s", ",".join(map(str, status["partitions"])))
+            else:
+                log.info("not ready: %s", ", ".join(k for k, ok in status["checks"].items() if not ok))
+        return status
 
     def status(self, app: faust.App) -> dict[str, Any]:
         recovery = app.tables.recovery
@@ -213,8 +230,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     @app.timer(1.0)
     async def health_gauges() -> None:
-        status = rt.status(app)
-        metrics.ready.set(1 if status["ready"] else 0)
+        status = rt.observe(app)
         metrics.assigned_partitions.set(len(status["partitions"]))
         metrics.consumer_lag.clear()
         for tp in app.consumer.assignment():
@@ -246,8 +262,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
 
     @app.page("/readyz")
     async def readyz(web: Any, request: Any) -> Any:
-        status = rt.status(app)
-        metrics.ready.set(1 if status["ready"] else 0)
+        status = rt.observe(app)
         return web.json(status, status=200 if status["ready"] else 503)
 
     app.loopwarden_fleet = fleet_rt  # the dev view reads open incidents here

@@ -27,14 +27,29 @@ def main(args: argparse.Namespace) -> int:
     return run_worker(settings)
 
 
+def start_line(settings: Settings, detection_on: bool) -> str:
+    """The worker's first log line: what it is and what it works on."""
+    from loopwarden.worker.logs import version
+
+    s = settings
+    return (
+        f"loopwarden worker {version()} starting: broker {','.join(s.brokers)}, group {s.app_id}, "
+        f"events {s.events_topic} -> verdicts {s.control_topic}, config {s.config or 'none'} "
+        f"(+ topic {s.config_topic}), detection {'on' if detection_on else 'off'}, "
+        f"http://{s.host}:{s.port}"
+    )
+
+
 def run_worker(settings: Settings) -> int:
     """Create topics, build the app and block until the worker stops (SIGTERM/SIGINT)."""
     from loopwarden.kafka.admin import ensure_topics
     from loopwarden.schemas.config import FleetConfig
-    from loopwarden.schemas.config_check import check_file
+    from loopwarden.schemas.config_check import check_file, detection_off_notice
     from loopwarden.worker.app import create_app
+    from loopwarden.worker.logs import setup_logging
 
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(settings.log_level)
+    log = logging.getLogger("loopwarden.worker")
     fleet = FleetConfig()
     if settings.config is not None:  # the checks of `loopwarden config check`, logged at start
         fleet, report = check_file(settings.config)
@@ -43,9 +58,13 @@ def run_worker(settings: Settings) -> int:
         if fleet is None:
             print("loopwarden worker: " + "; ".join(report.errors), file=sys.stderr)
             return 2
+    notice = detection_off_notice(fleet)
+    log.info("%s", start_line(settings, notice is None))
+    if notice:
+        log.warning("%s", notice)
     created = asyncio.run(ensure_topics(settings))
     if created:
-        logging.getLogger("loopwarden").info("created topics %s", created)
+        log.debug("created topics %s", created)
     app, _rt = create_app(settings, fleet)
     # What is built by now (Faust, aiokafka, the app: ~60k objects) lives as long as the process;
     # frozen, the collector's full passes no longer walk it again and again (each such pass is a

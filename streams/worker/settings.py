@@ -59,7 +59,7 @@ class Settings(SecuritySettings, kw_only=True):
     ack_timeout: float = 5.0  # a warn/block/abort verdict not acked within it counts as unacknowledged
     expire_interval: float = 30.0
     tool_labels: str = DEFAULT_TOOL_LABELS
-    log_level: str = "warning"
+    log_level: str = "info"  # says start, ready and stop; Faust's own lines from debug
     stall_timeout: float = 10.0
     unhealthy_exit_after: float = 30.0
     stall_exit_after: float = 60.0
@@ -157,7 +157,8 @@ HELP: dict[str, str] = {
     "code 70 so the orchestrator restarts it",
     "stall_exit_after": "seconds the event loop may stay blocked, even inside C code holding the GIL, before the "
     "worker writes every thread's traceback to stderr and exits with code 1 (a C-level timer; 0 = off)",
-    "log_level": "log level (debug, info, warning, error)",
+    "log_level": "log level (debug, info, warning, error); info: a line at start, when ready and at stop; "
+    "debug adds Faust's and aiokafka's",
     "fast_path": "hand each fetch's events to the processor as one batch (--no-fast-path: Faust's "
     "per-message stream, batches of --batch-max within --batch-within; several times "
     "slower, the same verdicts)",

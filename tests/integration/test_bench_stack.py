@@ -31,5 +31,5 @@ def test_gate_stack_topics_follow_the_worker_flags():
 
     events, control, idle = asyncio.run(go())
     assert (events, control) == ({0}, {0})  # one partition each, as asked (the default is 4)
-    # The broker works while nothing is sent: every consumer's fetch loop costs it (README, Benchmarks).
+    # The broker works while nothing is sent: every consumer's fetch loop costs it (streams/bench/BENCHMARKS.md).
     assert idle["broker"] > 0 and idle["worker"] > 0, idle

@@ -1,4 +1,4 @@
-"""The README's toy-agent command works from a plain ``python`` that lacks loopwarden's packages."""
+"""tests/examples/toy_agent.py runs from a plain ``python`` that lacks loopwarden's packages."""
 
 from __future__ import annotations
 

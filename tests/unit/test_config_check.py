@@ -264,3 +264,18 @@ def test_a_live_record_above_a_cap_is_logged(caplog):
         assert feed.apply(b"coder", b'{"enabled": true, "historySize": 1e9}')
     assert "record 'coder': loopDetection.historySize 1000000000 is above the cap 10000: 10000" in caplog.text
     assert feed.fleet.resolve("coder").history_size == 10_000
+
+
+# ---------------------------------------------------------------- the notice when detection is off
+
+
+def test_detection_off_notice_is_said_exactly_when_the_global_block_is_not_enabled():
+    from loopwarden.schemas.config_check import detection_off_notice
+
+    off = detection_off_notice(FleetConfig())
+    assert off is not None and "loop detection is off" in off and "enabled: true" in off
+    assert detection_off_notice(FleetConfig({"enabled": "yes"})) is None  # truthy counts, as in OpenClaw
+    assert detection_off_notice(FleetConfig({"enabled": True, "warningThreshold": 5})) is None
+    assert detection_off_notice(FleetConfig({"enabled": False})) is not None
+    some = detection_off_notice(FleetConfig({}, {"coder": {"enabled": True}, "other": {}}))
+    assert some is not None and "on only for the listed agents coder" in some

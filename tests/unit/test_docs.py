@@ -18,6 +18,16 @@ from loopwarden.detection import messages
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "streams/ARCHITECTURE.md", "schemas/WIRE.md", "streams/detection/RULES.md")
+# The documents the README's map sends a reader to, beside the three above.
+MORE_DOCS = (
+    "deploy/OPERATIONS.md",
+    "deploy/SECURITY.md",
+    "deploy/ROLLOUT.md",
+    "streams/fleet/FLEET.md",
+    "streams/bench/BENCHMARKS.md",
+    "streams/runner/integrations/ADAPTERS.md",
+    "streams/otel/OTEL.md",
+)
 TEXT_SUFFIXES = (".py", ".md", ".sh", ".yml", ".yaml")
 
 # Documents that exist outside the repository only. `wire.md` is matched as a
@@ -65,7 +75,7 @@ def test_no_tracked_file_points_outside_the_repository():
     assert found == []
 
 
-@pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.parametrize("doc", DOCS + MORE_DOCS)
 def test_every_path_a_document_names_exists(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     paths = set(BACKTICK_PATH.findall(text))
@@ -108,3 +118,67 @@ def test_rules_state_the_message_templates_the_engine_uses():
     assert fill("generic_repeat, critical", T="read", n=20) == messages.generic_critical("read", 20)
     assert fill("generic_repeat, warning", T="read", n=10) == messages.generic_warning("read", 10)
     assert fill("compaction_loop_persisted", T="exec", n=3, windowSize=3) == messages.compaction_loop("exec", 3, 3)
+
+
+# ---------------------------------------------------------------- the README
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_fits_in_250_lines_and_maps_every_document():
+    readme = _readme()
+    assert len(readme.splitlines()) <= 250
+    for doc in MORE_DOCS:
+        assert f"`{doc}`" in readme, doc
+
+
+def test_readme_keeps_the_two_commands():
+    readme = _readme()
+    assert "bash tests/run.sh" in readme and "bash deploy/demo.sh" in readme
+    assert (
+        "bash tests/run.sh" in (ROOT / ".ci" / "run").read_text()
+        or "tests/run.sh" in (ROOT / ".ci" / "run").read_text()
+    )
+
+
+def test_readme_runner_example_is_the_example_file_word_for_word():
+    """The README's runner code block is tests/examples/runner_example.py between its README markers,
+    which the suite runs against `loopwarden up` (tests/integration/test_up.py)."""
+    source = (ROOT / "tests" / "examples" / "runner_example.py").read_text(encoding="utf-8")
+    part = source.split("# README: begin\n", 1)[1].split("\n\n# README: end", 1)[0].strip("\n")
+    blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+    assert part + "\n" in blocks
+
+
+def test_every_loopwarden_command_the_readme_names_exists():
+    from loopwarden.cli import COMMANDS
+
+    named = set(re.findall(r"loopwarden (\w+)", _readme())) & {
+        "up",
+        "dev",
+        "worker",
+        "replay",
+        "config",
+        "tune",
+        "simulate",
+        "bench",
+        "serve",
+        "run",
+        "start",
+    }
+    assert named <= {name for name, _ in COMMANDS}, named
+
+
+def test_no_table_is_kept_in_two_documents():
+    """A table row (beyond a header or rule) appears in one document only."""
+    seen: dict[str, str] = {}
+    twice = []
+    for doc in DOCS + MORE_DOCS:
+        for line in (ROOT / doc).read_text(encoding="utf-8").splitlines():
+            if line.startswith("| ") and not set(line) <= set("|-: ") and line.count("|") > 2:
+                if line in seen and seen[line] != doc:
+                    twice.append(f"{seen[line]} and {doc}: {line[:60]}")
+                seen.setdefault(line, doc)
+    assert twice == []

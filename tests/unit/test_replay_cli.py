@@ -28,7 +28,7 @@ def test_stderr_names_the_file_line_and_rows_keep_event_index(tmp_path, capsys):
     # file lines: 1 good, 2 blank, 3 good, 4 blank, 5 bad JSON, 6 good, 7 missing agent_id
     lines = [GOOD % 1, "", GOOD % 2, "   ", '{"type": "tool_call"', GOOD % 3, '{"type": "tool_call", "tool_name": "x"}']
     assert main(["replay", trace(tmp_path, lines)]) == 0
-    err = capsys.readouterr().err.splitlines()
+    err = [e for e in capsys.readouterr().err.splitlines() if "loop detection is off" not in e]
     assert [re.match(r"line (\d+) \(event_index (\d+)\)", e).groups() for e in err] == [("5", "2"), ("7", "4")]
 
 
@@ -67,3 +67,14 @@ def test_malformed_config_names_file_and_line(tmp_path, capsys):
     assert main(["replay", trace(tmp_path, [GOOD % 1]), "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"loopwarden replay: {config} line 3: not valid JSON/JSON5: Stray comma"
+
+
+def test_replay_says_when_detection_is_off_and_prints_the_same_rows(tmp_path, capsys):
+    lines = [GOOD % i for i in range(25)]
+    assert main(["replay", trace(tmp_path, lines)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""  # verdicts unchanged: nothing detected without enabled
+    assert err.startswith("loopwarden replay: loop detection is off") and err.count("\n") == 1
+    assert main(["replay", trace(tmp_path, lines), "--config", str(DATA / "enabled.config.json")]) == 0
+    out, err = capsys.readouterr()
+    assert out and "loop detection is off" not in err

@@ -149,3 +149,77 @@ def test_cli_table_lists_detectors(capsys):
     out = capsys.readouterr().out
     for name in ("generic_repeat", "ping_pong", "unknown_tool_repeat", "clamped"):
         assert name in out
+
+
+# ---------------------------------------------------------------- the command line and the plot
+
+
+def test_a_trace_after_the_sweep_specs_is_a_trace(tmp_path, capsys):
+    from loopwarden.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"\n".join(synthetic(3)))
+    config = str(DATA / "enabled.config.json")
+    argv = ["tune", "--config", config, "--json", "--sweep", "warningThreshold=4:5", str(trace)]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["knobs"] for s in report["settings"]] == [{"warningThreshold": 4}, {"warningThreshold": 5}]
+    assert report["events"] > 0
+    assert main(["tune", "--sweep", "warningThreshold=4:5"]) == 2
+    assert "no TRACE given" in capsys.readouterr().err
+
+
+def test_tune_says_when_detection_is_off(tmp_path, capsys):
+    from loopwarden.cli import main
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"\n".join(synthetic(2)))
+    assert main(["tune", str(trace), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "loopwarden tune: loop detection is off" in captured.err
+    assert json.loads(captured.out)["settings"][0]["fleet"]["blocked"] == 0
+
+
+def _report(tmp_path):
+    prep = prepare(b"\n".join(synthetic(6)).splitlines())
+    fleet = FleetConfig({"enabled": True})
+    return tune(prep, fleet, grid([("warningThreshold", [4, 5, 6]), ("criticalThreshold", [20, 30, 40, 50])]))
+
+
+@pytest.mark.parametrize("field", ["blocked", "cut_calls"])
+def test_plot_merges_lines_with_the_same_counts(tmp_path, field):
+    from loopwarden.tune import plot_series
+
+    report = _report(tmp_path)
+    series = plot_series(report, field)
+    drawn = [(s.xs, s.ys) for s in series]
+    assert len(drawn) == len(set(map(repr, drawn)))  # no two lines on top of each other
+    assert len(series) < 4 if field == "blocked" else True  # here thresholds above every streak block alike
+    labels = [label for s in series for label in s.labels]
+    assert sorted(labels) == sorted(f"criticalThreshold={c}" for c in (20, 30, 40, 50))  # every setting named once
+    by_label = {label: s for s in series for label in s.labels}
+    for setting in report.settings:
+        line = by_label[f"criticalThreshold={setting.knobs['criticalThreshold']}"]
+        i = line.xs.index(setting.knobs["warningThreshold"])
+        assert line.ys[i] == getattr(setting.fleet, field)
+
+
+def test_plot_has_whole_number_ticks_and_its_legends_outside_the_charts(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from loopwarden.tune import draw
+
+    fig = draw(_report(tmp_path))
+    try:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            for ticks in (ax.get_xticks(), ax.get_yticks()):
+                assert all(float(t).is_integer() for t in ticks), ticks
+            legend = ax.get_legend()
+            assert legend is not None
+            box = legend.get_window_extent()
+            for other in fig.axes:
+                assert not box.overlaps(other.get_window_extent()), "a legend covers a chart"
+            assert box.y0 >= 0  # inside the figure, not cut off
+    finally:
+        plt.close(fig)

