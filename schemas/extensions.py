@@ -27,6 +27,7 @@ DETECTOR_NAMES = (
     "compaction_loop_persisted",
     "fleet_incident",
     "cross_run_repeat",
+    "argument_churn",
 )
 
 
@@ -56,10 +57,16 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
     after_blocks: int = 0  # abort after this many blocks in a run (OpenClaw's "bounded recovery" is 2)
 
 
+PROFILES = ("openclaw-latest",)
+
+
 class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """The resolved ``loopwarden`` settings of one agent."""
 
     shadow: bool | tuple[str, ...] = False  # true: every detector; a list: those detectors only
+    # "openclaw-latest": OpenClaw's newest detector revision instead of the docs revision
+    # (loopwarden.detection.latest); None (or null per agent): the docs revision.
+    profile: str | None = None
     incidents: Incidents = Incidents()
     cross_run: CrossRun = CrossRun()
     escalation: Escalation = Escalation()
@@ -112,6 +119,11 @@ def resolve_extensions(block: Any) -> tuple[Extensions, list[str]]:
                 fields[key] = msgspec.convert(value if value is not None else {}, _SECTIONS[key])
             except msgspec.ValidationError as exc:
                 problems.append(f"loopwarden.{key}: {exc}: section uses its defaults")
+        elif key == "profile":
+            if value is None or value in PROFILES:
+                fields["profile"] = value
+            else:
+                problems.append(f"loopwarden.profile must be one of {', '.join(PROFILES)} or null: {value!r} ignored")
         elif key == "shadow":
             if isinstance(value, bool):
                 fields["shadow"] = value

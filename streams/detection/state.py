@@ -30,7 +30,34 @@ MAX_SEEN_EVENT_IDS = 128
 MAX_AWAITED_ACKS = 64
 
 
-class History(msgspec.Struct, array_like=True, dict=True):
+class RecordExtras(msgspec.Struct, array_like=True):
+    """The record fields only the ``openclaw-latest`` profile reads (see ``latest.py``), one list each.
+
+    They run beside :class:`History`'s columns (one entry per record, oldest first)
+    once the profile has seen the run; ``History.push``/``trim`` keep them aligned
+    whoever writes, so a profile switched off and on again mid-run finds them in step.
+    """
+
+    targets: list[str | None] = msgspec.field(default_factory=list)  # mutationTargetHash
+    kinds: list[int] = msgspec.field(default_factory=list)  # outcome kind: 0 none, see latest.KIND_*
+    identities: list[str | None] = msgspec.field(default_factory=list)  # failureIdentityHash
+    no_progress: list[bool] = msgspec.field(default_factory=list)
+
+    @classmethod
+    def blank(cls, n: int) -> RecordExtras:
+        return cls([None] * n, [0] * n, [None] * n, [False] * n)
+
+    def append_blank(self) -> None:
+        self.targets.append(None)
+        self.kinds.append(0)
+        self.identities.append(None)
+        self.no_progress.append(False)
+
+    def drop_oldest(self, n: int) -> None:
+        del self.targets[:n], self.kinds[:n], self.identities[:n], self.no_progress[:n]
+
+
+class History(msgspec.Struct, array_like=True, dict=True, omit_defaults=True):
     """The window of records (§6.1), oldest first, one list per field.
 
     ``count(sig)`` reads an index of the ``args`` column (signature -> records)
@@ -45,6 +72,9 @@ class History(msgspec.Struct, array_like=True, dict=True):
     call_ids: list[str | None] = msgspec.field(default_factory=list)
     results: list[str | None] = msgspec.field(default_factory=list)
     unknowns: list[str | None] = msgspec.field(default_factory=list)
+    # The openclaw-latest profile's record fields; None until the profile sees the run.
+    # Keep last and optional: states stored before it still decode.
+    extras: RecordExtras | None = None
 
     def __len__(self) -> int:
         return len(self.args)
@@ -80,11 +110,15 @@ class History(msgspec.Struct, array_like=True, dict=True):
                 else:
                     del counts[oldest]
             del self.tools[0], sigs[0], self.call_ids[0], self.results[0], self.unknowns[0]
+            if self.extras is not None:
+                self.extras.drop_oldest(1)
         self.tools.append(tool)
         sigs.append(args)
         self.call_ids.append(call_id)
         self.results.append(result)
         self.unknowns.append(unknown)
+        if self.extras is not None:
+            self.extras.append_blank()
         if len(sigs) > size:
             self.trim(size)
 
@@ -102,6 +136,8 @@ class History(msgspec.Struct, array_like=True, dict=True):
                         del counts[sig]
             del self.tools[:excess], self.args[:excess], self.call_ids[:excess]
             del self.results[:excess], self.unknowns[:excess]
+            if self.extras is not None:
+                self.extras.drop_oldest(excess)
 
 
 class Guard(msgspec.Struct, array_like=True):
