@@ -72,7 +72,10 @@ def compaction_loop(tool: str, n: int, window: int) -> str:
 
 
 def generic_critical_latest(tool: str, n: int) -> str:
-    return f"CRITICAL: Called {tool} with identical outcomes {n} times. Session execution blocked to prevent runaway loops."
+    return (
+        f"CRITICAL: Called {tool} with identical outcomes {n} times. "
+        "Session execution blocked to prevent runaway loops."
+    )
 
 
 def global_breaker_latest(tool: str, n: int) -> str:
