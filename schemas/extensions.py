@@ -57,7 +57,18 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
     after_blocks: int = 0  # abort after this many blocks in a run (OpenClaw's "bounded recovery" is 2)
 
 
-PROFILES = ("openclaw-latest",)
+PROFILE_LATEST = "openclaw-latest"
+PROFILES = (PROFILE_LATEST,)
+# What the openclaw-latest profile uses instead of these loopDetection knobs, whatever they
+# say (its detector reads only `enabled`); every `detectors.*` switch is on.
+LATEST_FIXED = {
+    "historySize": 30,
+    "warningThreshold": 10,
+    "criticalThreshold": 20,
+    "unknownToolThreshold": 10,
+    "globalCircuitBreakerThreshold": 30,
+    "postCompactionGuard.windowSize": 3,
+}
 
 
 class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):

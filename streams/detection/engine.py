@@ -182,13 +182,14 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
     sig = info.sig
     target = mutation_target(info.path, event.cwd)
     h = state.history
+    x = latest.extras(state)
     detections = NO_DETECTIONS
     u = state.usage
     if u is None and event.usage is not None:
         u = cost.start(state)
     charge = None
     if cfg.enabled:
-        finding = latest.decide(h, tool, sig, info.known_poll, target)
+        finding = latest.decide(h, x, tool, sig, info.known_poll, target)
         if finding is not None:
             detection = _detection(state, event, tool, finding, ext)
             detections = (detection,)
@@ -196,12 +197,12 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
                 charge = cost.charge(u, h, detection, sig, *cost.of_call(u, event.usage))
             if detection.action == "block" and not detection.shadow:
                 # Not executed, not recorded: the veto is recorded now, before any later call is examined.
-                appended = latest.record_outcome(h, tool, sig, event.tool_call_id, VETO, target)
+                appended = latest.record_outcome(h, x, tool, sig, event.tool_call_id, VETO, target)
                 if u is not None:
                     cost.align(u, h, appended)
                 return _new(StepResult, (state, detections, False, False, charge))
     if cfg.record_calls:
-        latest.record_call(h, tool, sig, event.tool_call_id, target)
+        latest.record_call(h, x, tool, sig, event.tool_call_id, target)
         if u is not None:
             charge = _charge_recorded(u, state, event, sig, tool, charge)
     return _new(StepResult, (state, detections, False, False, charge))
@@ -227,7 +228,7 @@ def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, e
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
     h = state.history
-    appended = latest.record_outcome(h, tool, sig, call_id, outcome, mutation_target(info.path))
+    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path))
     u = state.usage
     if u is not None:
         cost.align(u, h, appended)
@@ -268,6 +269,8 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
             return _on_result_latest(state, event, config, ext)
         window = latest.GUARD_WINDOW
     else:
+        if state.extras is not None:  # the profile's columns, once it ran: they would go out of step
+            state.extras = None
         if cls is ToolCall:
             return _on_call(state, event, config, ext)
         if cls is ToolResult:

@@ -25,52 +25,61 @@ from typing import NamedTuple
 
 from loopwarden.detection import messages
 from loopwarden.detection.detectors import Finding, pair_key, ping_pong, unknown_tool_streak
-from loopwarden.detection.latest_hashing import KIND_EXEC_FAILURE, KIND_NONE, KIND_VETO, KIND_WRITE_MUTATION, Outcome
-from loopwarden.detection.state import History, RecordExtras
+from loopwarden.detection.latest_hashing import (
+    KIND_EXEC_FAILURE,
+    KIND_NONE,
+    KIND_VETO,
+    KIND_WRITE_MUTATION,
+    NOTHING,
+    Outcome,
+)
+from loopwarden.detection.state import History, RecordExtras, RunState
+from loopwarden.schemas.extensions import LATEST_FIXED, PROFILE_LATEST
 
-PROFILE = "openclaw-latest"
+PROFILE = PROFILE_LATEST
 UPSTREAM_REVISION = "openclaw/openclaw@2a6274310d06b554a7074a51866e76fb0f0d99b2"
 
 # Fixed: the revision ignores historySize, the thresholds, detectors.* and postCompactionGuard.windowSize.
-HISTORY_SIZE = 30
-WARNING = 10
-CRITICAL = 20
-UNKNOWN_TOOL = 10
-GLOBAL_BREAKER = 30
-GUARD_WINDOW = 3
+HISTORY_SIZE = LATEST_FIXED["historySize"]
+WARNING = LATEST_FIXED["warningThreshold"]
+CRITICAL = LATEST_FIXED["criticalThreshold"]
+UNKNOWN_TOOL = LATEST_FIXED["unknownToolThreshold"]
+GLOBAL_BREAKER = LATEST_FIXED["globalCircuitBreakerThreshold"]
+GUARD_WINDOW = LATEST_FIXED["postCompactionGuard.windowSize"]
 STABLE_VARIANT = 3  # calls an argument variant needs to count for argument churn
-IGNORED_KEYS = (
-    "historySize",
-    "warningThreshold",
-    "criticalThreshold",
-    "unknownToolThreshold",
-    "globalCircuitBreakerThreshold",
-    "detectors",
-    "postCompactionGuard.windowSize",
-)
 ARGUMENT_CHURN = "argument_churn"  # the liveness signal, and the detector's name
 
 
-def extras(h: History) -> RecordExtras:
-    """The history's profile columns, made (blank for the records already there) at first use."""
-    x = h.extras
-    if x is None:
-        x = h.extras = RecordExtras.blank(len(h.args))
+def extras(state: RunState) -> RecordExtras:
+    """The run's profile columns, made blank for the records already there when the profile
+    first sees the run (or sees it again after running without it)."""
+    x = state.extras
+    n = len(state.history)
+    if x is None or len(x.kinds) != n:
+        x = state.extras = RecordExtras.blank(n)
     return x
 
 
-def record_call(h: History, tool: str, sig: str, call_id: str | None, target: str | None) -> None:
+def _push(h: History, x: RecordExtras, tool: str, sig: str, call_id: str | None, outcome: Outcome, target) -> None:
+    h.push(tool, sig, call_id, outcome.result_hash, outcome.unknown, HISTORY_SIZE)
+    x.append(target, outcome.kind, outcome.identity, outcome.no_progress)
+    excess = len(x.kinds) - len(h.args)
+    if excess > 0:  # the window slid
+        x.drop_oldest(excess)
+
+
+def record_call(h: History, x: RecordExtras, tool: str, sig: str, call_id: str | None, target: str | None) -> None:
     """A pending record with the write's target."""
-    h.push(tool, sig, call_id, None, None, HISTORY_SIZE)
-    extras(h).targets[-1] = target
+    _push(h, x, tool, sig, call_id, NOTHING, target)
 
 
-def record_outcome(h: History, tool: str, sig: str, call_id: str | None, outcome: Outcome, target: str | None) -> bool:
+def record_outcome(
+    h: History, x: RecordExtras, tool: str, sig: str, call_id: str | None, outcome: Outcome, target: str | None
+) -> bool:
     """Fill the newest pending record of the call (neither hash nor kind yet), else append one (True).
 
     The caller's own veto comes through here too, so it may fill a pending record like any outcome.
     """
-    x = extras(h)
     args, tools, results, call_ids, kinds = h.args, h.tools, h.results, h.call_ids, x.kinds
     for j in range(len(args) - 1, -1, -1):
         if (
@@ -85,13 +94,12 @@ def record_outcome(h: History, tool: str, sig: str, call_id: str | None, outcome
             kinds[j] = outcome.kind
             x.identities[j] = outcome.identity
             x.no_progress[j] = outcome.no_progress
-            h.trim(HISTORY_SIZE)
+            excess = len(args) - HISTORY_SIZE
+            if excess > 0:  # the window in force before the profile was larger
+                h.trim(HISTORY_SIZE)
+                x.drop_oldest(excess)
             return False
-    h.push(tool, sig, call_id, outcome.result_hash, outcome.unknown, HISTORY_SIZE)
-    x.targets[-1] = target
-    x.kinds[-1] = outcome.kind
-    x.identities[-1] = outcome.identity
-    x.no_progress[-1] = outcome.no_progress
+    _push(h, x, tool, sig, call_id, outcome, target)
     return True
 
 
@@ -235,7 +243,7 @@ def _churn_finding(tool: str, found: Churn, target: str | None) -> Finding:
     return Finding("warning", ARGUMENT_CHURN, found.count, key, message, liveness_signal=ARGUMENT_CHURN)
 
 
-def decide(h: History, tool: str, sig: str, known_poll: bool, target: str | None) -> Finding | None:
+def decide(h: History, x: RecordExtras, tool: str, sig: str, known_poll: bool, target: str | None) -> Finding | None:
     """The newest revision's decision table: the first matching row, or None."""
     args = h.args
     n = len(args)
@@ -253,7 +261,6 @@ def decide(h: History, tool: str, sig: str, known_poll: bool, target: str | None
             f"unknown-tool:{tool}:{unknown_name or 'unknown'}",
             messages.unknown_tool(unknown_name or tool, unknown_count),
         )
-    x = extras(h)
     streak, latest = no_progress_streak(h, x, tool, sig)
     tail = latest or "none"
     if streak >= GLOBAL_BREAKER:

@@ -17,11 +17,12 @@ from loopwarden.detection.latest_hashing import (
     KIND_VETO,
     KIND_WRITE_MUTATION,
     LATEST_HASHER,
+    Outcome,
     call_digest,
     mask_volatile,
     outcome_digest,
 )
-from loopwarden.detection.state import History
+from loopwarden.detection.state import RunState
 from loopwarden.schemas.events import decode_event
 from loopwarden.schemas.extensions import Extensions
 from tests.unit.helpers import (
@@ -65,7 +66,7 @@ class LRun(Run):
 
     def records(self) -> list[dict]:
         h = self.state.history
-        x = latest.extras(h)
+        x = latest.extras(self.state)
         return [
             {
                 "tool": h.tools[i],
@@ -536,19 +537,18 @@ def test_s5_5_generic_warnings_never_carry_the_signal():
 # ================================================================ §6 no-progress streak
 
 
-def _history(*records) -> History:
-    """Records as (sig, outcome): an Outcome-like tuple (result, kind, identity) or "pending"."""
-    h = History()
+def _history(*records) -> RunState:
+    """A run's state from records given as (sig, outcome): (result, kind, identity), or "pending"."""
+    state = RunState()
+    h, x = state.history, latest.extras(state)
     for s, rec in records:
         tool = s.split(":")[0]
         if rec == "pending":
-            latest.record_call(h, tool, s, None, None)
+            latest.record_call(h, x, tool, s, None, None)
             continue
         result, kind, identity = rec
-        from loopwarden.detection.latest_hashing import Outcome
-
-        latest.record_outcome(h, tool, s, None, Outcome(result, kind=kind, identity=identity), None)
-    return h
+        latest.record_outcome(h, x, tool, s, None, Outcome(result, kind=kind, identity=identity), None)
+    return state
 
 
 VETO_REC = (None, KIND_VETO, None)
@@ -557,17 +557,17 @@ VETO_REC = (None, KIND_VETO, None)
 def test_s6_2_a_veto_extends_the_streak_it_sits_on():
     s = "read:s"
     h = _history((s, ("h1", 0, None)), (s, VETO_REC), (s, VETO_REC), (s, ("h1", 0, None)))
-    assert latest.repeated_streak(h, latest.extras(h), s) == (4, "h1")
+    assert latest.repeated_streak(h.history, h.extras, s) == (4, "h1")
 
 
 def test_s6_2_a_veto_above_a_changed_outcome_is_discarded_and_vetoes_alone_count():
     s = "read:s"
     h = _history((s, ("h1", 0, None)), (s, ("h1", 0, None)), (s, VETO_REC), (s, ("h2", 0, None)))
-    assert latest.repeated_streak(h, latest.extras(h), s) == (1, "h2")
+    assert latest.repeated_streak(h.history, h.extras, s) == (1, "h2")
     h = _history((s, ("h1", 0, None)), (s, ("h2", 0, None)), (s, VETO_REC))  # the veto sits on h2
-    assert latest.repeated_streak(h, latest.extras(h), s) == (2, "h2")
+    assert latest.repeated_streak(h.history, h.extras, s) == (2, "h2")
     h = _history((s, VETO_REC), ("read:t", ("h", 0, None)), (s, VETO_REC), (s, "pending"))
-    assert latest.repeated_streak(h, latest.extras(h), s) == (2, None)
+    assert latest.repeated_streak(h.history, h.extras, s) == (2, None)
 
 
 def test_s6_2_blocked_retries_escalate_to_the_global_breaker():
@@ -613,12 +613,12 @@ def test_s6_3_revisiting_the_current_command_ends_the_tail():
     s = "exec:s"
     xs = [(f"exec:x{i}", f) for i in range(5)]
     h = _history((s, f), *xs)
-    assert latest.exec_failure_streak(h, latest.extras(h), s) == (5, "h")
+    assert latest.exec_failure_streak(h.history, h.extras, s) == (5, "h")
     h = _history(("exec:x9", f), *xs)
-    assert latest.exec_failure_streak(h, latest.extras(h), s) == (6, "h")
+    assert latest.exec_failure_streak(h.history, h.extras, s) == (6, "h")
     # not crossed yet (the newest is the current command): its older failures still count
     h = _history((s, f), ("exec:x1", f), (s, f))
-    assert latest.exec_failure_streak(h, latest.extras(h), s) == (2, "h")
+    assert latest.exec_failure_streak(h.history, h.extras, s) == (2, "h")
 
 
 def test_s6_3_what_ends_or_skips_in_the_failure_walk():
@@ -635,19 +635,19 @@ def test_s6_3_what_ends_or_skips_in_the_failure_walk():
     ]
     for records, expected in cases:
         h = _history(*records)
-        assert latest.exec_failure_streak(h, latest.extras(h), s)[0] == expected, records
+        assert latest.exec_failure_streak(h.history, h.extras, s)[0] == expected, records
 
 
 def test_s6_1_the_repeated_arguments_count_wins_ties():
     s = "exec:s"
     f = KIND_EXEC_FAILURE
     h = _history((s, ("h", f, "i")), (s, ("h", f, "i")))
-    assert latest.no_progress_streak(h, latest.extras(h), "exec", s) == (2, "h")
+    assert latest.no_progress_streak(h.history, h.extras, "exec", s) == (2, "h")
     h = _history((s, ("a", f, "i")), ("exec:t", ("b", f, "i")))  # 1 and 1 (the walk meets s again)
-    assert latest.no_progress_streak(h, latest.extras(h), "exec", s) == (1, "a")  # tie: the repeated count
+    assert latest.no_progress_streak(h.history, h.extras, "exec", s) == (1, "a")  # tie: the repeated count
     h = _history(("exec:u", ("c", f, "i")), ("exec:t", ("b", f, "i")))
-    assert latest.no_progress_streak(h, latest.extras(h), "exec", s) == (2, "b")  # failures win: the anchor's
-    assert latest.no_progress_streak(h, latest.extras(h), "read", s) == (0, None)  # exec only
+    assert latest.no_progress_streak(h.history, h.extras, "exec", s) == (2, "b")  # failures win: the anchor's
+    assert latest.no_progress_streak(h.history, h.extras, "read", s) == (0, None)  # exec only
 
 
 def test_s6_timed_out_and_footer_only_failures_do_not_chain():
@@ -779,7 +779,7 @@ def test_shadowed_criticals_record_no_veto():
         ):
             res = step(state, ev, config, ext=ext)
             state = res.state
-    assert res.state.history.extras.kinds.count(KIND_VETO) == 0
+    assert res.state.extras.kinds.count(KIND_VETO) == 0
 
 
 # ================================================================ §10 the post-compaction guard
