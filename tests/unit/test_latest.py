@@ -1,5 +1,5 @@
-"""The ``openclaw-latest`` profile, one test or more per numbered behaviour (RULES.md, "The openclaw-latest
-profile"; test names carry the section of that part: ``test_s5_3_...`` is its §5.3).
+"""The ``openclaw-latest`` profile, one test or more per numbered behaviour of RULES.md §14
+(``test_l5_3_...`` pins L5.3 there).
 
 Every expected digest is the SHA-256 of a canonical string written out here by hand (``sha``/``sig``
 in helpers); events go through ``step()`` with the profile on, and record fields are read back from
@@ -102,10 +102,10 @@ def fail(output: str, code=1, status="failed", **details) -> dict:
     return {"details": {"status": status, "exitCode": code, "aggregated": output, **details}}
 
 
-# ================================================================ §1 configuration
+# ================================================================ L1 configuration
 
 
-def test_s1_1_detection_needs_enabled_but_calls_are_recorded_without_it():
+def test_l1_1_detection_needs_enabled_but_calls_are_recorded_without_it():
     run = LRun({})  # enabled missing: nothing detected, everything recorded (§1.3, exactly-false rule)
     for _ in range(25):
         assert run.pair("read", {"p": 1}, result="same") == []
@@ -114,7 +114,7 @@ def test_s1_1_detection_needs_enabled_but_calls_are_recorded_without_it():
     assert dets[0].message == msg_generic_critical_latest("read", 25)
 
 
-def test_s1_2_numeric_knobs_and_detector_switches_are_ignored():
+def test_l1_2_numeric_knobs_and_detector_switches_are_ignored():
     block = {
         **LOW,
         "historySize": 5,
@@ -132,7 +132,7 @@ def test_s1_2_numeric_knobs_and_detector_switches_are_ignored():
     assert len(run.state.history) == 21  # 20 calls and the blocked call's veto
 
 
-def test_s1_2_unknown_tool_threshold_is_ten():
+def test_l1_2_unknown_tool_threshold_is_ten():
     run = LRun({"enabled": True, "unknownToolThreshold": 2})
     first = None
     for i in range(1, 12):
@@ -147,17 +147,17 @@ def test_s1_2_unknown_tool_threshold_is_ten():
     )
 
 
-def test_s1_2_window_is_thirty_whatever_history_size_says():
+def test_l1_2_window_is_thirty_whatever_history_size_says():
     run = LRun({"enabled": True, "historySize": 5})
     for i in range(40):
         run.pair("read", {"i": i}, result="x")
     assert len(run.state.history) == 30
 
 
-# ================================================================ §2 canonical serialization
+# ================================================================ L2 canonical serialization
 
 
-def test_s2_1_lone_surrogates_are_escaped_in_signatures_not_dropped():
+def test_l2_1_lone_surrogates_are_escaped_in_signatures_not_dropped():
     call = '{"type":"tool_call","agent_id":"a","run_id":"r","tool_name":"read","params":{"q":"\\ud800"}}'
     run = LRun(ON)
     for _ in range(10):
@@ -172,7 +172,7 @@ def test_s2_1_lone_surrogates_are_escaped_in_signatures_not_dropped():
     assert det.warning_key == "generic:read:" + sig("read", '{"q":""}')  # the docs revision drops it
 
 
-def test_s2_1_lone_surrogates_in_keys_and_results_are_escaped():
+def test_l2_1_lone_surrogates_in_keys_and_results_are_escaped():
     assert call_digest({"k\udc00": 1}) == sha('{"k\\udc00":1}')
     run = LRun(ON)
     run.call("read", {}, id="c1")
@@ -183,7 +183,7 @@ def test_s2_1_lone_surrogates_in_keys_and_results_are_escaped():
     assert run.records()[-1]["result"] == sha('["a\\udbff"]')
 
 
-def test_s2_1_outcome_keys_sort_by_normalized_form_then_raw_key():
+def test_l2_1_outcome_keys_sort_by_normalized_form_then_raw_key():
     a, b = wrapper(ID1), wrapper(ID2)  # normalize to the same key; raw ID1 < ID2
     value = {b: "second", a: "first", "zz": 0}
     zero = json.dumps(wrapper(ZERO))
@@ -192,23 +192,23 @@ def test_s2_1_outcome_keys_sort_by_normalized_form_then_raw_key():
     assert call_digest(value) == sha("{" + f'{json.dumps(a)}:"first",{json.dumps(b)}:"second","zz":0' + "}")
 
 
-def test_s2_1_without_surrogates_or_wrappers_digests_are_the_docs_revisions():
+def test_l2_1_without_surrogates_or_wrappers_digests_are_the_docs_revisions():
     value = {"b": [1, 2.5, None, "é😀"], "a": {"y": True}}
     expected = sha('{"a":{"y":true},"b":[1,2.5,null,"é😀"]}')
     assert call_digest(value) == outcome_digest(value) == expected
 
 
-# ================================================================ §3 outcome hashing
+# ================================================================ L3 outcome hashing
 
 
-def test_s3_1_error_comes_before_every_result_rule():
+def test_l3_1_error_comes_before_every_result_rule():
     run = LRun(ON)
     run.pair("write", {"path": "a"}, result={"details": {"changed": False}}, error=E)
     rec = run.records()[-1]
     assert (rec["result"], rec["kind"], rec["no_progress"]) == (E_HASH, KIND_NONE, True)
 
 
-def test_s3_1_veto_comes_before_the_write_rules():
+def test_l3_1_veto_comes_before_the_write_rules():
     run = LRun(ON)
     veto = {"details": {"status": "blocked", "deniedReason": "tool-loop", "changed": True}}
     run.pair("write", {"path": "a"}, result=veto)
@@ -216,7 +216,7 @@ def test_s3_1_veto_comes_before_the_write_rules():
     assert (rec["result"], rec["kind"]) == (None, KIND_VETO)
 
 
-def test_s3_1_non_object_result_is_digested_whole():
+def test_l3_1_non_object_result_is_digested_whole():
     run = LRun(ON)
     run.pair("write", {"path": "a"}, result=[wrapper(ID1)])
     assert run.records()[-1]["result"] == sha("[" + json.dumps(wrapper(ZERO)) + "]")
@@ -228,14 +228,14 @@ def _result_of(text: str) -> str:
     return run.records()[-1]["result"]
 
 
-def test_s3_2_wrapper_ids_are_normalized_in_outcomes():
+def test_l3_2_wrapper_ids_are_normalized_in_outcomes():
     assert _result_of(wrapper(ID1)) == _result_of(wrapper(ID2)) == text_hash(wrapper(ZERO))
     assert _result_of("before " + wrapper(ID1) + " between " + wrapper(ID2, "b")) == text_hash(
         "before " + wrapper(ZERO) + " between " + wrapper(ZERO, "b")
     )
 
 
-def test_s3_2_what_is_not_normalized():
+def test_l3_2_what_is_not_normalized():
     for text in (
         wrapper(ID1, end_id=ID2),  # start and end ids differ
         wrapper(ID1.upper()),  # uppercase hex
@@ -247,14 +247,14 @@ def test_s3_2_what_is_not_normalized():
         assert _result_of(text) == text_hash(text), text
 
 
-def test_s3_2_a_json_encoded_wrapper_inside_a_string_is_normalized():
+def test_l3_2_a_json_encoded_wrapper_inside_a_string_is_normalized():
     inner = 'say \\"hi\\"'  # quotes escaped like the wrapper's own (one backslash)
     assert _result_of(wrapper(ID1, inner, bs="\\")) == text_hash(wrapper(ZERO, inner, bs="\\"))
     # three backslashes (2**2 - 1) and quotes at that depth: normalized too
     assert _result_of(wrapper(ID1, 'x\\\\\\"y', bs="\\\\\\")) == text_hash(wrapper(ZERO, 'x\\\\\\"y', bs="\\\\\\"))
 
 
-def test_s3_2_params_are_never_normalized():
+def test_l3_2_params_are_never_normalized():
     run = LRun(ON)
     for id_ in (ID1, ID2):
         run.pair("web_fetch", {"q": wrapper(id_)}, result="x")
@@ -262,7 +262,7 @@ def test_s3_2_params_are_never_normalized():
     assert sigs == [sig("web_fetch", '{"q":' + json.dumps(wrapper(i)) + "}") for i in (ID1, ID2)]
 
 
-def test_s3_3_write_unchanged_write_mutation_and_other_changed_values():
+def test_l3_3_write_unchanged_write_mutation_and_other_changed_values():
     run = LRun(ON)
     run.pair("write", {"path": "a", "content": "x"}, result=text_result("no change", changed=False, path="a"))
     run.pair("write", {"path": "a", "content": "y"}, result=text_result("wrote", changed=True, path="a"))
@@ -279,7 +279,7 @@ def test_s3_3_write_unchanged_write_mutation_and_other_changed_values():
     ]
 
 
-def test_s3_4_a_veto_result_is_recorded_and_other_blocked_results_are_hashed():
+def test_l3_4_a_veto_result_is_recorded_and_other_blocked_results_are_hashed():
     run = LRun(ON)
     run.call("read", {"p": 1}, id="c1")
     run.result("read", {"p": 1}, id="c1", result={"details": {"status": "blocked", "deniedReason": "tool-loop"}})
@@ -290,7 +290,7 @@ def test_s3_4_a_veto_result_is_recorded_and_other_blocked_results_are_hashed():
     assert len(recs) == 2
 
 
-def test_s3_5_errors_are_no_progress_and_keep_unknown_tool_names():
+def test_l3_5_errors_are_no_progress_and_keep_unknown_tool_names():
     run = LRun(ON)
     run.pair("read", {}, error=E)
     run.pair("jira", {}, error="Tool jira not found")
@@ -299,7 +299,7 @@ def test_s3_5_errors_are_no_progress_and_keep_unknown_tool_names():
     assert (b["no_progress"], b["unknown"]) == (True, "jira")
 
 
-def test_s3_6_exec_terminal_failures():
+def test_l3_6_exec_terminal_failures():
     cases = [
         (fail("boom"), True),
         (fail("boom", status="completed", code=2), True),
@@ -328,10 +328,10 @@ def test_s3_6_exec_terminal_failures():
     assert (rec["result"], rec["identity"], rec["kind"]) == (expected, expected, KIND_EXEC_FAILURE)
 
 
-# ================================================================ §4 records
+# ================================================================ L4 records
 
 
-def test_s4_2_mutation_target_of_a_write_call():
+def test_l4_2_mutation_target_of_a_write_call():
     run = LRun(ON)
     run.call("write", {"path": "/w/a.txt", "content": "x"})
     run.call("write", {"path": "a.txt"}, cwd="/w")
@@ -345,14 +345,14 @@ def test_s4_2_mutation_target_of_a_write_call():
     assert targets == [absolute, absolute, sha('{"path":"/w/b/a.txt"}'), sha('{"path":"a.txt"}'), None, None, None]
 
 
-def test_s4_2_mutation_target_on_an_appended_outcome_record():
+def test_l4_2_mutation_target_on_an_appended_outcome_record():
     run = LRun(ON)
     run.result("write", {"path": "p"}, result=text_result("ok", changed=True), id="orphan")
     (rec,) = run.records()
     assert (rec["target"], rec["kind"]) == (sha('{"path":"p"}'), KIND_WRITE_MUTATION)
 
 
-def test_s4_3_failure_identity_masks_times_attempts_durations_and_pids():
+def test_l4_3_failure_identity_masks_times_attempts_durations_and_pids():
     out = "2024-05-01T10:00:00.123Z attempt 3 took 1.5s pid 4242 at 10:00:01 errno 111"
     assert mask_volatile(out) == "# # took # # at # errno 111"
     assert mask_volatile("retry#7 ppid=12 2024-05-01 10:00:00+02:00 waited 30 ms, 2 minutes") == ("# # # waited #, #")
@@ -365,7 +365,7 @@ def test_s4_3_failure_identity_masks_times_attempts_durations_and_pids():
     assert rec["result"] == sha('{"exitCode":1,"output":' + json.dumps(out) + ',"status":"failed","timedOut":false}')
 
 
-def test_s4_3_other_numbers_are_kept():
+def test_l4_3_other_numbers_are_kept():
     run = LRun(ON)
     run.pair("exec", {"command": "c"}, result=fail("connect failed: errno 111"))
     run.pair("exec", {"command": "c"}, result=fail("connect failed: errno 113"))
@@ -373,7 +373,7 @@ def test_s4_3_other_numbers_are_kept():
     assert a["identity"] != b["identity"]
 
 
-def test_s4_4_pending_means_neither_hash_nor_kind_and_fields_are_copied():
+def test_l4_4_pending_means_neither_hash_nor_kind_and_fields_are_copied():
     run = LRun(ON)
     run.call("exec", {"command": "c"}, id=None)
     run.result("exec", {"command": "c"}, result={"details": {"status": "blocked", "deniedReason": "tool-loop"}})
@@ -386,10 +386,10 @@ def test_s4_4_pending_means_neither_hash_nor_kind_and_fields_are_copied():
     assert run.records()[-1]["no_progress"] is True and len(run.records()) == 3
 
 
-# ================================================================ §5 argument churn
+# ================================================================ L5 argument churn
 
 
-def test_s5_2_no_progress_churn_warns_with_its_liveness_signal():
+def test_l5_2_no_progress_churn_warns_with_its_liveness_signal():
     run = LRun(ON)
     for q in ("a", "b"):
         for _ in range(5):
@@ -407,7 +407,7 @@ def test_s5_2_no_progress_churn_warns_with_its_liveness_signal():
     assert det.liveness_signal == "argument_churn"
 
 
-def test_s5_2_pending_calls_and_vetoes_do_not_break_the_walk():
+def test_l5_2_pending_calls_and_vetoes_do_not_break_the_walk():
     run = LRun(ON)
     for q in ("a", "b"):
         for _ in range(5):
@@ -416,7 +416,7 @@ def test_s5_2_pending_calls_and_vetoes_do_not_break_the_walk():
     assert brief(run.call("search", {"q": "b"})) == [("argument_churn", "warning", 10)]
 
 
-def test_s5_2_what_gives_no_churn():
+def test_l5_2_what_gives_no_churn():
     def churn_after(build) -> list:
         run = LRun(ON)
         build(run)
@@ -440,7 +440,7 @@ def test_s5_2_what_gives_no_churn():
     assert not churn_after(lambda r: (variants(r, ten), r.pair("read", {}, error=E), variants(r, six)))
 
 
-def test_s5_2_write_unchanged_is_no_progress_churn():
+def test_l5_2_write_unchanged_is_no_progress_churn():
     run = LRun(ON)
     for body in ("x", "y"):
         for _ in range(5):
@@ -453,7 +453,7 @@ def _write(run, body, path="p", **kw):
     return run.pair("write", {"path": path, "content": body}, result=text_result("wrote", changed=True), **kw)
 
 
-def test_s5_3_write_mutation_churn():
+def test_l5_3_write_mutation_churn():
     run = LRun(ON)
     for i in range(10):
         assert _write(run, f"v{i}") == []
@@ -465,7 +465,7 @@ def test_s5_3_write_mutation_churn():
     assert det.liveness_signal == "argument_churn"
 
 
-def test_s5_3_what_ends_the_walk():
+def test_l5_3_what_ends_the_walk():
     def after(build, body="v10", **kw):
         run = LRun(ON)
         build(run)
@@ -484,7 +484,7 @@ def test_s5_3_what_ends_the_walk():
     ]
 
 
-def test_s5_3_relative_and_absolute_spellings_are_one_target_only_with_cwd():
+def test_l5_3_relative_and_absolute_spellings_are_one_target_only_with_cwd():
     def run_with(cwd):
         run = LRun(ON)
         for i in range(10):
@@ -499,7 +499,7 @@ def test_s5_3_relative_and_absolute_spellings_are_one_target_only_with_cwd():
     assert run_with(None) == []
 
 
-def test_s5_5_liveness_on_a_ping_pong_warning_and_never_on_criticals():
+def test_l5_5_liveness_on_a_ping_pong_warning_and_never_on_criticals():
     run = LRun(ON)
     dets = {}
     for i in range(1, 25):
@@ -512,7 +512,7 @@ def test_s5_5_liveness_on_a_ping_pong_warning_and_never_on_criticals():
     assert brief(dets[20]) == [("ping_pong", "critical", 20)] and dets[20][0].liveness_signal is None
 
 
-def test_s5_5_liveness_on_a_known_poll_warning():
+def test_l5_5_liveness_on_a_known_poll_warning():
     run = LRun(ON)
     for q, n in (("a", 3), ("b", 10)):
         for _ in range(n):
@@ -526,7 +526,7 @@ def test_s5_5_liveness_on_a_known_poll_warning():
     assert (det.detector, det.liveness_signal) == ("known_poll_no_progress", None)
 
 
-def test_s5_5_generic_warnings_never_carry_the_signal():
+def test_l5_5_generic_warnings_never_carry_the_signal():
     run = LRun(ON)
     for _ in range(10):
         run.pair("read", {}, result="same")
@@ -534,7 +534,7 @@ def test_s5_5_generic_warnings_never_carry_the_signal():
     assert (det.detector, det.liveness_signal) == ("generic_repeat", None)
 
 
-# ================================================================ §6 no-progress streak
+# ================================================================ L6 no-progress streak
 
 
 def _history(*records) -> RunState:
@@ -554,13 +554,13 @@ def _history(*records) -> RunState:
 VETO_REC = (None, KIND_VETO, None)
 
 
-def test_s6_2_a_veto_extends_the_streak_it_sits_on():
+def test_l6_2_a_veto_extends_the_streak_it_sits_on():
     s = "read:s"
     h = _history((s, ("h1", 0, None)), (s, VETO_REC), (s, VETO_REC), (s, ("h1", 0, None)))
     assert latest.repeated_streak(h.history, h.extras, s) == (4, "h1")
 
 
-def test_s6_2_a_veto_above_a_changed_outcome_is_discarded_and_vetoes_alone_count():
+def test_l6_2_a_veto_above_a_changed_outcome_is_discarded_and_vetoes_alone_count():
     s = "read:s"
     h = _history((s, ("h1", 0, None)), (s, ("h1", 0, None)), (s, VETO_REC), (s, ("h2", 0, None)))
     assert latest.repeated_streak(h.history, h.extras, s) == (1, "h2")
@@ -570,7 +570,7 @@ def test_s6_2_a_veto_above_a_changed_outcome_is_discarded_and_vetoes_alone_count
     assert latest.repeated_streak(h.history, h.extras, s) == (2, None)
 
 
-def test_s6_2_blocked_retries_escalate_to_the_global_breaker():
+def test_l6_2_blocked_retries_escalate_to_the_global_breaker():
     run = LRun(ON)
     got = [brief(run.pair("read", {"p": 1}, result="same")) for _ in range(35)]
     assert got[20:30] == [[("generic_repeat", "critical", n)] for n in range(20, 30)]
@@ -585,7 +585,7 @@ def test_s6_2_blocked_retries_escalate_to_the_global_breaker():
     assert det.warning_key == f"global:read:{s}:" + sha('"same"')
 
 
-def test_s6_3_one_command_failing_the_same_way_with_drifting_timestamps():
+def test_l6_3_one_command_failing_the_same_way_with_drifting_timestamps():
     run = LRun(ON)
     for i in range(20):  # each resultHash differs; the failure identity does not
         dets = run.pair("exec", {"command": "curl h"}, result=fail(f"refused at 10:00:{i:02d}"))
@@ -597,7 +597,7 @@ def test_s6_3_one_command_failing_the_same_way_with_drifting_timestamps():
     assert det.warning_key == f"generic:exec:{s}:{latest_hash}"
 
 
-def test_s6_3_many_commands_failing_alike_count_together_and_escalate():
+def test_l6_3_many_commands_failing_alike_count_together_and_escalate():
     run = LRun(ON)
     for i in range(20):
         assert run.pair("exec", {"command": f"curl host{i}"}, result=fail(f"refused at 10:00:{i:02d}")) == []
@@ -608,7 +608,7 @@ def test_s6_3_many_commands_failing_alike_count_together_and_escalate():
         assert off.pair("exec", {"command": f"curl host{i}"}, result=fail(f"refused at 10:00:{i:02d}")) == []
 
 
-def test_s6_3_revisiting_the_current_command_ends_the_tail():
+def test_l6_3_revisiting_the_current_command_ends_the_tail():
     f = ("h", KIND_EXEC_FAILURE, "id")
     s = "exec:s"
     xs = [(f"exec:x{i}", f) for i in range(5)]
@@ -621,7 +621,7 @@ def test_s6_3_revisiting_the_current_command_ends_the_tail():
     assert latest.exec_failure_streak(h.history, h.extras, s) == (2, "h")
 
 
-def test_s6_3_what_ends_or_skips_in_the_failure_walk():
+def test_l6_3_what_ends_or_skips_in_the_failure_walk():
     f = ("h", KIND_EXEC_FAILURE, "id")
     s = "exec:s"
     cases = [
@@ -638,7 +638,7 @@ def test_s6_3_what_ends_or_skips_in_the_failure_walk():
         assert latest.exec_failure_streak(h.history, h.extras, s)[0] == expected, records
 
 
-def test_s6_1_the_repeated_arguments_count_wins_ties():
+def test_l6_1_the_repeated_arguments_count_wins_ties():
     s = "exec:s"
     f = KIND_EXEC_FAILURE
     h = _history((s, ("h", f, "i")), (s, ("h", f, "i")))
@@ -650,7 +650,7 @@ def test_s6_1_the_repeated_arguments_count_wins_ties():
     assert latest.no_progress_streak(h.history, h.extras, "read", s) == (0, None)  # exec only
 
 
-def test_s6_timed_out_and_footer_only_failures_do_not_chain():
+def test_l6_timed_out_and_footer_only_failures_do_not_chain():
     for make in (lambda i: fail(f"refused {i}", timedOut=True), lambda i: fail("(Command exited with code 1)")):
         run = LRun(ON)
         for i in range(22):
@@ -658,10 +658,10 @@ def test_s6_timed_out_and_footer_only_failures_do_not_chain():
             assert not [d for d in dets if d.level == "critical"]
 
 
-# ================================================================ §7 decision
+# ================================================================ L7 decision
 
 
-def test_s7_1_churn_comes_before_the_generic_warning():
+def test_l7_1_churn_comes_before_the_generic_warning():
     run = LRun(ON)
     for q, n in (("a", 10), ("b", 3)):
         for _ in range(n):
@@ -670,7 +670,7 @@ def test_s7_1_churn_comes_before_the_generic_warning():
     assert (det.detector, det.count, det.message) == ("argument_churn", 13, msg_churn("search", 2, 13))
 
 
-def test_s7_1_the_generic_block_comes_before_churn():
+def test_l7_1_the_generic_block_comes_before_churn():
     run = LRun(ON)
     for q, n in (("a", 20), ("b", 3)):
         for _ in range(n):
@@ -678,7 +678,7 @@ def test_s7_1_the_generic_block_comes_before_churn():
     assert brief(run.call("search", {"q": "a"})) == [("generic_repeat", "critical", 20)]
 
 
-def test_s7_2_poll_blocks_escalate_to_the_global_breaker():
+def test_l7_2_poll_blocks_escalate_to_the_global_breaker():
     run = LRun(ON)
     got = [brief(run.pair("command_status", {"id": 1}, result="running")) for _ in range(33)]
     assert got[10] == [("known_poll_no_progress", "warning", 10)]
@@ -686,7 +686,7 @@ def test_s7_2_poll_blocks_escalate_to_the_global_breaker():
     assert got[30:] == [[("global_circuit_breaker", "critical", 30)]] * 3
 
 
-def test_s7_3_an_unknown_tool_block_is_not_sticky():
+def test_l7_3_an_unknown_tool_block_is_not_sticky():
     run = LRun(ON)
     for _ in range(10):
         run.pair("browser", {"u": 1}, error="Unknown tool: browser")
@@ -696,7 +696,7 @@ def test_s7_3_an_unknown_tool_block_is_not_sticky():
     assert det.message == msg_generic_warning("browser", 11)
 
 
-def test_s7_3_a_ping_pong_block_degrades_to_warnings():
+def test_l7_3_a_ping_pong_block_degrades_to_warnings():
     run = LRun(ON)
     for i in range(19):
         q = "a" if i % 2 == 0 else "b"
@@ -708,13 +708,13 @@ def test_s7_3_a_ping_pong_block_degrades_to_warnings():
     assert brief(dets) == [("ping_pong", "warning", 22)] and not dets[0].emitted
 
 
-def test_s7_4_counts_are_taken_before_the_call_is_recorded():
+def test_l7_4_counts_are_taken_before_the_call_is_recorded():
     run = LRun(ON)
     got = [brief(run.pair("read", {}, result="same")) for _ in range(11)]
     assert got[:10] == [[]] * 10 and got[10] == [("generic_repeat", "warning", 10)]
 
 
-def test_s7_5_known_polls_never_get_generic_verdicts_but_do_get_churn():
+def test_l7_5_known_polls_never_get_generic_verdicts_but_do_get_churn():
     run = LRun(ON)
     for i in range(15):
         dets = run.pair("command_status", {"id": 1}, result=f"progress {i}")
@@ -726,10 +726,10 @@ def test_s7_5_known_polls_never_get_generic_verdicts_but_do_get_churn():
     assert (det.detector, det.count) == ("argument_churn", 10)
 
 
-# ================================================================ §8 the caller
+# ================================================================ L8 the caller
 
 
-def test_s8_1_a_blocked_call_is_recorded_once_as_a_veto_and_its_result_ignored():
+def test_l8_1_a_blocked_call_is_recorded_once_as_a_veto_and_its_result_ignored():
     run = LRun(ON)
     for _ in range(20):
         run.pair("read", {"p": 1}, result="same")
@@ -747,7 +747,7 @@ def test_s8_1_a_blocked_call_is_recorded_once_as_a_veto_and_its_result_ignored()
     assert len(run.records()) == n and run.records()[-1]["kind"] == KIND_VETO
 
 
-def test_s8_1_the_veto_fills_a_pending_record_of_the_same_call():
+def test_l8_1_the_veto_fills_a_pending_record_of_the_same_call():
     run = LRun(ON)
     for _ in range(20):
         run.pair("read", {"p": 1}, result="same")
@@ -757,7 +757,7 @@ def test_s8_1_the_veto_fills_a_pending_record_of_the_same_call():
     assert recs[-1]["kind"] == KIND_VETO and len(recs) == 21  # the veto went through outcome matching
 
 
-def test_s8_1_recording_needs_enabled_not_false_and_outcomes_are_always_recorded():
+def test_l8_1_recording_needs_enabled_not_false_and_outcomes_are_always_recorded():
     run = LRun({"enabled": False})
     run.pair("read", {}, result="x")
     (rec,) = run.records()  # the call was not recorded; its result was appended whole
@@ -782,10 +782,10 @@ def test_shadowed_criticals_record_no_veto():
     assert res.state.extras.kinds.count(KIND_VETO) == 0
 
 
-# ================================================================ §10 the post-compaction guard
+# ================================================================ L10 the post-compaction guard
 
 
-def test_s10_1_the_guard_window_is_three_whatever_the_config_says():
+def test_l10_1_the_guard_window_is_three_whatever_the_config_says():
     block = {"enabled": True, "postCompactionGuard": {"windowSize": 5}}
     run = LRun(block)
     run.arm()
@@ -798,7 +798,7 @@ def test_s10_1_the_guard_window_is_three_whatever_the_config_says():
     assert [off.pair("read", {}, result="same") for _ in range(3)] == [[], [], []]
 
 
-def test_s10_2_vetoes_never_reach_the_guard():
+def test_l10_2_vetoes_never_reach_the_guard():
     run = LRun(ON)
     run.arm()
     veto = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
@@ -807,10 +807,10 @@ def test_s10_2_vetoes_never_reach_the_guard():
     assert run.state.guard.remaining == 3
 
 
-# ================================================================ §11 messages (also above)
+# ================================================================ L11 messages (also above)
 
 
-def test_s11_changed_templates_and_unchanged_ones():
+def test_l11_changed_templates_and_unchanged_ones():
     from loopwarden.detection import messages
 
     assert messages.generic_critical_latest("read", 20) == msg_generic_critical_latest("read", 20)
