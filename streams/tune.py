@@ -106,13 +106,15 @@ def _lines(files: list[Path]) -> Iterator[bytes]:
             yield from fh
 
 
-def prepare(lines: Iterable[bytes | str]) -> Prepared:
+def prepare(lines: Iterable[bytes | str], profile: bool = False) -> Prepared:
     """Decode once; mark the runs no setting can detect anything in, so a sweep skips them.
 
     Every rule needs a call whose signature the run has seen before (the
     repeat, poll, breaker and ping-pong streaks), a tool error (unknown tool)
     or a compaction retry (the guard); a run with none of them is the same
-    under every setting.
+    under every setting. With ``profile`` (some agent under the openclaw-latest
+    profile) an ``exec`` or ``write`` call is enough too: failing commands and
+    rewrites of one file count without repeating a signature.
     """
     events, keys, runs, calls, tokens, costs, run_agents = [], [], [], [], [], [], []
     seen_sigs: list[set[str]] = []
@@ -145,7 +147,7 @@ def prepare(lines: Iterable[bytes | str]) -> Prepared:
                 ).sig
                 sigs = seen_sigs[number]
                 if isinstance(event, ToolCall):
-                    live[number] = sig in sigs
+                    live[number] = sig in sigs or (profile and (sig[:5] == "exec:" or sig[:6] == "write:"))
                 else:
                     live[number] = event.error is not UNSET and bytes(event.error) != b"null"
                 sigs.add(sig)
@@ -252,6 +254,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
     states: dict = {}
     tallies: dict[tuple[str, str], _Tally] = {}
     resolve = fleet.resolve
+    extensions = fleet.extensions  # the loopwarden block: the openclaw-latest profile decides like the worker
     calls, tokens, runs, agents, keys = prep.calls, prep.tokens, prep.runs, prep.run_agents, prep.keys
     events = prep.events
     active = prep.active
@@ -260,7 +263,8 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
             tick(i)
         event = events[i]
         key = keys[i]
-        result = step(states.get(key), event, resolve(event.agent_id))
+        agent = event.agent_id
+        result = step(states.get(key), event, resolve(agent), ext=extensions(agent))
         if result.state is None:
             states.pop(key, None)
         else:
@@ -523,11 +527,17 @@ def _run(args) -> int:
         return 2
     files = trace_files(args.traces)
     try:
-        prep = prepare(_lines(files))
+        prep = prepare(_lines(files), fleet.uses_profile())
     except OSError as exc:
         print(f"loopwarden tune: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     points = grid(sweeps)
+    if sweeps and fleet.uses_profile():
+        print(
+            "loopwarden tune: note: agents with loopwarden.profile openclaw-latest ignore the swept knobs "
+            "(its thresholds are fixed); their counts are the same at every point",
+            file=sys.stderr,
+        )
     jobs = max(args.jobs, 1)
     from rich.console import Console
 

@@ -340,3 +340,23 @@ def test_config_check_names_the_knobs_the_profile_ignores():
         True,
     )
     assert "warningThreshold is ignored by profile openclaw-latest" in format_report(report)
+
+
+def test_tune_decides_like_replay_with_the_profile_on_and_skips_no_run_it_could_flag():
+    from loopwarden.tune import grid, prepare, tune
+
+    events = _obedient(profile_trace(), fleet())
+    lines = [json.dumps(e) for e in events]
+    rows = [r for r in replay_lines(lines, fleet()) if isinstance(r, dict)]
+    per_run = {}
+    for r in rows:
+        if r["action"] != "warn" or r["emitted"]:
+            per_run.setdefault(r["action"], set()).add(r["run_id"])
+    assert per_run["warn"] == {"r1", "r2", "r3"}  # r3: only write churn, no repeated signature, no error
+    prep = prepare(lines, profile=True)
+    assert len(prep.active) == len(prep.events)
+    assert len(prepare(lines).active) < len(prep.events)  # without the hint r3 would be skipped
+    (setting,) = tune(prep, fleet(), grid([])).settings
+    f = setting.fleet
+    assert (f.warned, f.blocked) == (len(per_run["warn"]), len(per_run["block"]))
+    assert fleet().uses_profile() and not FleetConfig.from_document({"loopwarden": {"shadow": True}}).uses_profile()
