@@ -798,6 +798,14 @@ def test_l10_1_the_guard_window_is_three_whatever_the_config_says():
     assert [off.pair("read", {}, result="same") for _ in range(3)] == [[], [], []]
 
 
+def test_l10_1_the_window_closes_after_three_observations():
+    run = LRun({"enabled": True, "postCompactionGuard": {"windowSize": 5}})
+    run.arm()
+    assert run.state.guard.remaining == 3
+    got = [run.pair("read", {}, result=r) for r in ("x", "y", "z", "x", "x")]
+    assert got == [[]] * 5 and run.state.guard.remaining == 0  # the 4th and 5th fall outside the window
+
+
 def test_l10_2_vetoes_never_reach_the_guard():
     run = LRun(ON)
     run.arm()
