@@ -243,14 +243,30 @@ def _churn_finding(tool: str, found: Churn, target: str | None) -> Finding:
     return Finding("warning", ARGUMENT_CHURN, found.count, key, message, liveness_signal=ARGUMENT_CHURN)
 
 
-def decide(h: History, x: RecordExtras, tool: str, sig: str, known_poll: bool, target: str | None) -> Finding | None:
-    """The newest revision's decision table: the first matching row, or None."""
+def decide(
+    h: History, x: RecordExtras, tool: str, sig: str, known_poll: bool, target: str | None, quick: bool = True
+) -> Finding | None:
+    """The newest revision's decision table: the first matching row, or None.
+
+    ``quick`` (always, but in the test that checks it changes nothing): skip the walks when
+    no row can match.
+    """
     args = h.args
     n = len(args)
     recent = h.count(sig) if n >= WARNING else 0
-    # Every count below needs either WARNING records of this signature, the newest record
-    # being this tool's (unknown-tool, exec failures, churn) or an alternation ending in it.
-    if recent < WARNING and not (n and h.tools[-1] == tool) and not (n >= 2 and args[-2] == sig and args[-1] != sig):
+    # Below WARNING records of this signature, and without an alternation ending in it, only
+    # walks that start at the newest record can count: the unknown-tool streak (an unknown
+    # name there), exec failures, write churn (a write target) and no-progress churn (some
+    # no-progress record); each needs the newest record to be this tool's.
+    if (
+        quick
+        and recent < WARNING
+        and not (n >= 2 and args[-2] == sig and args[-1] != sig)
+        and (
+            not (n and h.tools[-1] == tool)
+            or (not h.unknowns[-1] and tool != "exec" and target is None and True not in x.no_progress)
+        )
+    ):
         return None
     unknown_count, unknown_name = unknown_tool_streak(h, tool)
     if unknown_count >= UNKNOWN_TOOL:

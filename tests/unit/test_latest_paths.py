@@ -123,6 +123,30 @@ def test_property_profile_on_takes_any_trace_and_its_states_round_trip(events):
         assert len(x.targets) == len(x.kinds) == len(x.identities) == len(x.no_progress) == len(h)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(traces())
+def test_property_the_decisions_shortcut_changes_no_verdict(events):
+    from loopwarden.detection import latest
+    from loopwarden.detection.latest_hashing import LATEST_HASHER, mutation_target
+
+    ext = Extensions(profile="openclaw-latest")
+    states: dict = {}
+    for raw in events:
+        ev = decode_event(json.dumps(raw))
+        key = state_key(ev)
+        state = states.get(key)
+        if raw["type"] == "tool_call" and state is not None:
+            info = LATEST_HASHER.call_info(ev.tool_name, json.dumps(raw["params"]).encode())
+            args = (state.history, latest.extras(state), ev.tool_name, info.sig, info.known_poll)
+            target = mutation_target(info.path, ev.cwd)
+            assert latest.decide(*args, target) == latest.decide(*args, target, quick=False)
+        res = step(state, ev, CONFIG, ext=ext)
+        if res.state is None:
+            states.pop(key, None)
+        else:
+            states[key] = res.state
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(alphabet=st.characters(max_codepoint=0xFFFF)),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=4), c, max_size=4),
