@@ -10,6 +10,10 @@ laid key by key over the global one, like ``detectors`` in ``loopDetection``.
 A section that does not validate falls back to its defaults and the problem
 is reported by :func:`resolve_extensions` (``loopwarden config check`` shows
 it); one bad section never disables the rest.
+
+``profile: "openclaw-latest"`` swaps OpenClaw's docs revision for its newest
+detector revision (RULES.md §14): fixed thresholds, ``argument_churn``,
+escalating blocked retries. An agent's ``profile: null`` opts it out.
 """
 
 from __future__ import annotations

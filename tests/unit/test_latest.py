@@ -834,3 +834,21 @@ def test_memo_keys_outcomes_by_the_tools_with_rules_of_their_own():
     raw = json.dumps({"details": {"changed": False}}).encode()
     assert LATEST_HASHER.outcome("write", "", raw, None).result_hash == UNCHANGED
     assert LATEST_HASHER.outcome("edit", "", raw, None).result_hash == text_hash("", '{"changed":false}')
+
+
+def test_loop_cost_charges_a_churn_its_tools_calls():
+    config = cfg(ON)
+    state = None
+    dets = []
+    for i in range(11):
+        q = "a" if i < 5 or i == 10 else "b"
+        base = {"agent_id": "x", "tool_name": "search", "tool_call_id": f"c{i}", "params": {"q": q}}
+        call = {"type": "tool_call", **base, "usage": {"input_tokens": 10, "output_tokens": 1}}
+        res = step(state, decode_event(json.dumps(call)), config, ext=PROFILE)
+        state, dets = res.state, list(res.detections)
+        if i < 10:
+            state = step(
+                state, decode_event(json.dumps({"type": "tool_result", **base, "error": E})), config, ext=PROFILE
+            ).state
+    (det,) = dets
+    assert (det.detector, det.count, det.loop_tokens) == ("argument_churn", 10, 11 * 11)  # ten calls and this one
