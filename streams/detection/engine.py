@@ -3,7 +3,9 @@
 It plays OpenClaw's caller (§9) for one event of one run: detection before a
 call is recorded, critical calls blocked and not recorded (their results are
 the veto), warnings emitted by the bucket rule, outcomes recorded and fed to
-the post-compaction guard.
+the post-compaction guard. With ``ext.profile`` (``openclaw-latest``) the same
+caller applies OpenClaw's newest rules instead (:mod:`loopwarden.detection.latest`,
+RULES.md §14): one branch per event, the rest of the path untouched.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def _detection(state: RunState, event: ToolCall, tool: str, finding: Finding, ex
     )
 
 
-def _charge_recorded(u: RunUsage, state: RunState, event: ToolCall, sig: str, tool: str, charge: Charge | None):
+def _charge_recorded(
+    u: RunUsage, state: RunState, event: ToolCall, sig: str, tool: str, charge: Charge | None
+) -> Charge | None:
     """Usage bookkeeping once the call is recorded; the charge the event adds."""
     if charge is not None:  # this call's usage is in the detection's charge
         cost.align(u, state.history, True)
