@@ -254,7 +254,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
     states: dict = {}
     tallies: dict[tuple[str, str], _Tally] = {}
     resolve = fleet.resolve
-    extensions = fleet.extensions  # the loopwarden block: the openclaw-latest profile decides like the worker
+    extensions_of = fleet.extensions_of  # the loopwarden block, as the worker and replay apply it
     calls, tokens, runs, agents, keys = prep.calls, prep.tokens, prep.runs, prep.run_agents, prep.keys
     events = prep.events
     active = prep.active
@@ -263,8 +263,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
             tick(i)
         event = events[i]
         key = keys[i]
-        agent = event.agent_id
-        result = step(states.get(key), event, resolve(agent), ext=extensions(agent))
+        result = step(states.get(key), event, resolve(event.agent_id), ext=extensions_of(event))
         if result.state is None:
             states.pop(key, None)
         else:

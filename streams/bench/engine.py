@@ -43,15 +43,14 @@ def drive(trace: list[bytes], fleet: FleetConfig, with_ext: bool = False) -> tup
     states: dict[tuple[str, str], object] = {}
     detections = emitted = 0
     resolve = fleet.resolve
-    extensions = fleet.extensions if with_ext else lambda _agent: None
+    extensions_of = fleet.extensions_of if with_ext else lambda _event: None
     for raw in trace:
         try:
             event = decode_event(raw)
         except EventDecodeError:
             continue
         key = state_key(event)
-        agent = event.agent_id
-        result = step(states.get(key), event, resolve(agent), ext=extensions(agent))
+        result = step(states.get(key), event, resolve(event.agent_id), ext=extensions_of(event))
         if result.state is None:
             states.pop(key, None)
         else:
