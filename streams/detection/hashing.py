@@ -213,10 +213,12 @@ def result_hash(tool: str, mode: str, result: object) -> str | None:
     """§4.2-§4.9 for a result without error; None means "not recorded"."""
     if not isinstance(result, dict):
         return digest_decoded(result)
-    details, text = result_parts(result)
-    if is_veto_details(details):
+    details = result.get("details")  # result_parts and is_veto_details, inlined: this runs for every new result
+    if not isinstance(details, dict):
+        details = {}
+    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return None
-    return digest_decoded(hashed_value(tool, mode, details, text))
+    return digest_decoded(hashed_value(tool, mode, details, _content_text(result)))
 
 
 def outcome_hash(
