@@ -326,6 +326,11 @@ class FleetConfig:
             self._wide_agents = {name for name in self.agent_ext if _wide(self.extensions(name))}
         return bool(self._wide_agents) or _wide(self._no_block_extensions())
 
+    def uses_profile(self) -> bool:
+        """Whether any agent runs under a ``loopwarden.profile``."""
+        blocks = [None, *self.agent_ext.values()]  # None: an agent without a block of its own
+        return any(resolve_extensions(overlay_extensions(self.global_ext, b))[0].profile for b in blocks)
+
     def problems(self) -> list[str]:
         """What in the ``loopwarden`` blocks was ignored, and why."""
         out = list(resolve_extensions(self.global_ext)[1]) if self.global_ext is not None else []

@@ -39,7 +39,7 @@ from loopwarden.schemas.config import (
     read_config_document,
     resolve_block,
 )
-from loopwarden.schemas.extensions import Extensions, resolve_extensions
+from loopwarden.schemas.extensions import LATEST_FIXED, PROFILE_LATEST, Extensions, resolve_extensions
 
 LOOP_DETECTION_KEYS = (
     "enabled",
@@ -54,7 +54,11 @@ LOOP_DETECTION_KEYS = (
 DETECTOR_KEYS = ("genericRepeat", "knownPollNoProgress", "pingPong")
 GUARD_KEYS = ("windowSize",)
 # The extension block's key sets, straight from its Structs (camelCase on the wire).
-EXTENSION_SECTIONS = {f.encode_name: f.type for f in msgspec.structs.fields(Extensions) if f.encode_name != "shadow"}
+EXTENSION_SECTIONS = {
+    f.encode_name: f.type
+    for f in msgspec.structs.fields(Extensions)
+    if isinstance(f.type, type) and issubclass(f.type, msgspec.Struct)
+}
 EXTENSION_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(Extensions))
 
 _NUMERIC = (  # (key, ResolvedConfig field, default); the order of §1.4
@@ -379,13 +383,48 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
         return fleet.extensions(agent) if agent is not None else resolve_extensions(fleet.global_ext)[0]
 
     effective, notes = explain_block(fleet.global_block)
-    blocks = [BlockReport(scope="global", effective=effective, notes=notes, extensions=ext_of(None))]
+    ext = ext_of(None)
+    effective, notes = with_profile(fleet.global_block, effective, notes, ext)
+    blocks = [BlockReport(scope="global", effective=effective, notes=notes, extensions=ext)]
     for agent, own in fleet.agent_blocks.items():
-        effective, notes = explain_block(overlay(fleet.global_block, own), own)
-        blocks.append(
-            BlockReport(scope="agent", agent_id=agent, effective=effective, notes=notes, extensions=ext_of(agent))
-        )
+        block = overlay(fleet.global_block, own)
+        effective, notes = explain_block(block, own)
+        ext = ext_of(agent)
+        effective, notes = with_profile(block, effective, notes, ext)
+        blocks.append(BlockReport(scope="agent", agent_id=agent, effective=effective, notes=notes, extensions=ext))
     return ConfigReport(source=source, blocks=blocks, warnings=warnings)
+
+
+def with_profile(
+    block: Any, effective: ResolvedConfig, notes: list[Note], ext: Extensions | None
+) -> tuple[ResolvedConfig, list[Note]]:
+    """Under ``loopwarden.profile: openclaw-latest`` the engine uses fixed values: the effective settings
+    show them, and a note names each knob of the block that the profile ignores."""
+    if ext is None or ext.profile != PROFILE_LATEST:
+        return effective, notes
+    block = block if isinstance(block, dict) else {}
+    guard = block.get("postCompactionGuard")
+    given = {k for k in block if k in LATEST_FIXED or k == "detectors"}
+    if isinstance(guard, dict) and "windowSize" in guard:
+        given.add("postCompactionGuard.windowSize")
+    kept = [n for n in notes if n.key.split(".")[0] not in given and n.key not in given]
+    for key in (*LATEST_FIXED, "detectors"):
+        if key in given:
+            value = LATEST_FIXED.get(key, "every detector on")
+            kept.append(Note(key=key, value=value, text=f"{key} is ignored by profile {PROFILE_LATEST}: {value}"))
+    fixed = msgspec.structs.replace(
+        effective,
+        history_size=LATEST_FIXED["historySize"],
+        warning_threshold=LATEST_FIXED["warningThreshold"],
+        critical_threshold=LATEST_FIXED["criticalThreshold"],
+        unknown_tool_threshold=LATEST_FIXED["unknownToolThreshold"],
+        global_circuit_breaker_threshold=LATEST_FIXED["globalCircuitBreakerThreshold"],
+        generic_repeat=True,
+        known_poll_no_progress=True,
+        ping_pong=True,
+        guard_window=LATEST_FIXED["postCompactionGuard.windowSize"],
+    )
+    return fixed, kept
 
 
 def check_file(path: str | Path) -> tuple[FleetConfig | None, ConfigReport]:

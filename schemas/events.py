@@ -53,6 +53,9 @@ class ToolCall(_EventBase, tag="tool_call"):
     params: Raw | UnsetType = UNSET  # missing means {}
     await_decision: bool = False
     usage: Usage | None = None  # charged to a loop when the call is part of one
+    # The tool's working directory; the openclaw-latest profile resolves a relative
+    # `write` path against it (without it the path as sent is the write's target).
+    cwd: str | None = None
 
 
 class ToolResult(_EventBase, tag="tool_result"):
@@ -108,7 +111,7 @@ DeadLetterReason = Literal[
   are not UTF-8, ``NaN``/``Infinity`` tokens, a byte-order mark.
 - ``wrong_type``: JSON, but not an object, or a field of the wrong JSON type
   (``type``/``agent_id`` not a string; ``session_id``, ``run_id``, ``event_id``,
-  ``origin``, ``tool_name``, ``tool_call_id``, ``reason`` not a string or null; ``ts`` not
+  ``origin``, ``tool_name``, ``tool_call_id``, ``reason``, ``cwd`` not a string or null; ``ts`` not
   a number or null; ``await_decision`` not a boolean).
 - ``missing_field``: ``type`` or ``agent_id`` absent or null.
 - ``unknown_type``: ``type`` is a string, but not one of the event types, as sent

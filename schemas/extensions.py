@@ -10,6 +10,10 @@ laid key by key over the global one, like ``detectors`` in ``loopDetection``.
 A section that does not validate falls back to its defaults and the problem
 is reported by :func:`resolve_extensions` (``loopwarden config check`` shows
 it); one bad section never disables the rest.
+
+``profile: "openclaw-latest"`` swaps OpenClaw's docs revision for its newest
+detector revision (RULES.md §14): fixed thresholds, ``argument_churn``,
+escalating blocked retries. An agent's ``profile: null`` opts it out.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ DETECTOR_NAMES = (
     "compaction_loop_persisted",
     "fleet_incident",
     "cross_run_repeat",
+    "argument_churn",
 )
 
 
@@ -56,10 +61,27 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
     after_blocks: int = 0  # abort after this many blocks in a run (OpenClaw's "bounded recovery" is 2)
 
 
+PROFILE_LATEST = "openclaw-latest"
+PROFILES = (PROFILE_LATEST,)
+# What the openclaw-latest profile uses instead of these loopDetection knobs, whatever they
+# say (its detector reads only `enabled`); every `detectors.*` switch is on.
+LATEST_FIXED = {
+    "historySize": 30,
+    "warningThreshold": 10,
+    "criticalThreshold": 20,
+    "unknownToolThreshold": 10,
+    "globalCircuitBreakerThreshold": 30,
+    "postCompactionGuard.windowSize": 3,
+}
+
+
 class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """The resolved ``loopwarden`` settings of one agent."""
 
     shadow: bool | tuple[str, ...] = False  # true: every detector; a list: those detectors only
+    # "openclaw-latest": OpenClaw's newest detector revision instead of the docs revision
+    # (loopwarden.detection.latest); None (or null per agent): the docs revision.
+    profile: str | None = None
     incidents: Incidents = Incidents()
     cross_run: CrossRun = CrossRun()
     escalation: Escalation = Escalation()
@@ -112,6 +134,11 @@ def resolve_extensions(block: Any) -> tuple[Extensions, list[str]]:
                 fields[key] = msgspec.convert(value if value is not None else {}, _SECTIONS[key])
             except msgspec.ValidationError as exc:
                 problems.append(f"loopwarden.{key}: {exc}: section uses its defaults")
+        elif key == "profile":
+            if value is None or value in PROFILES:
+                fields["profile"] = value
+            else:
+                problems.append(f"loopwarden.profile must be one of {', '.join(PROFILES)} or null: {value!r} ignored")
         elif key == "shadow":
             if isinstance(value, bool):
                 fields["shadow"] = value

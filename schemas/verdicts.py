@@ -20,7 +20,9 @@ DetectorName = Literal[
     "fleet_incident",  # extension: blocked while an incident of the fleet is open (loopwarden.fleet)
     "cross_run_repeat",  # extension: a session's finished runs repeat the same work (loopwarden.fleet)
     "escalation",  # loopwarden.escalation: a run that ignores its verdicts is aborted
+    "argument_churn",  # profile openclaw-latest: one tool cycling through argument variants (warning only)
 ]
+LivenessSignal = Literal["argument_churn"]
 ViolationKind = Literal["ran_after_block", "call_after_abort"]
 
 
@@ -39,6 +41,10 @@ class Detection(msgspec.Struct, kw_only=True, omit_defaults=True):
     shadow: bool = False  # recorded, not enforced (loopwarden.shadow)
     loop_tokens: int | None = None  # tokens charged to this loop so far (runs whose calls carry usage)
     loop_cost: float | None = None  # likewise for cost, when calls carry one
+    # profile openclaw-latest: the run is churning arguments without progress (a runner may
+    # feed it to a liveness clock); on argument_churn warnings and on known-poll/ping-pong
+    # warnings that won over a churn.
+    liveness_signal: LivenessSignal | None = None
 
 
 class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict"):
@@ -67,6 +73,7 @@ class Verdict(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"
     loop_tokens: int | None = None
     loop_cost: float | None = None
     origin: str | None = None  # the triggering event's origin ("otel": a run seen through its spans)
+    liveness_signal: LivenessSignal | None = None  # see Detection
 
 
 class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type", tag="verdict_violation"):

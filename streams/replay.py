@@ -62,6 +62,8 @@ def detection_row(index: int, event, det: Detection) -> dict:
         row["loop_tokens"] = det.loop_tokens
     if det.loop_cost is not None:
         row["loop_cost"] = det.loop_cost
+    if det.liveness_signal is not None:  # profile openclaw-latest
+        row["liveness_signal"] = det.liveness_signal
     return row
 
 

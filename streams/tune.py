@@ -107,13 +107,15 @@ def _lines(files: list[Path]) -> Iterator[bytes]:
             yield from fh
 
 
-def prepare(lines: Iterable[bytes | str]) -> Prepared:
+def prepare(lines: Iterable[bytes | str], profile: bool = False) -> Prepared:
     """Decode once; mark the runs no setting can detect anything in, so a sweep skips them.
 
     Every rule needs a call whose signature the run has seen before (the
     repeat, poll, breaker and ping-pong streaks), a tool error (unknown tool)
     or a compaction retry (the guard); a run with none of them is the same
-    under every setting.
+    under every setting. With ``profile`` (some agent under the openclaw-latest
+    profile) an ``exec`` or ``write`` call is enough too: failing commands and
+    rewrites of one file count without repeating a signature.
     """
     events, keys, runs, calls, tokens, costs, run_agents = [], [], [], [], [], [], []
     seen_sigs: list[set[str]] = []
@@ -146,7 +148,7 @@ def prepare(lines: Iterable[bytes | str]) -> Prepared:
                 ).sig
                 sigs = seen_sigs[number]
                 if isinstance(event, ToolCall):
-                    live[number] = sig in sigs
+                    live[number] = sig in sigs or (profile and (sig[:5] == "exec:" or sig[:6] == "write:"))
                 else:
                     live[number] = event.error is not UNSET and bytes(event.error) != b"null"
                 sigs.add(sig)
@@ -253,6 +255,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
     states: dict = {}
     tallies: dict[tuple[str, str], _Tally] = {}
     resolve = fleet.resolve
+    extensions_of = fleet.extensions_of  # the loopwarden block, as the worker and replay apply it
     calls, tokens, runs, agents, keys = prep.calls, prep.tokens, prep.runs, prep.run_agents, prep.keys
     events = prep.events
     active = prep.active
@@ -261,7 +264,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
             tick(i)
         event = events[i]
         key = keys[i]
-        result = step(states.get(key), event, resolve(event.agent_id))
+        result = step(states.get(key), event, resolve(event.agent_id), ext=extensions_of(event))
         if result.state is None:
             states.pop(key, None)
         else:
@@ -583,11 +586,17 @@ def _run(args) -> int:
         print(f"loopwarden tune: {notice}", file=sys.stderr)
     files = trace_files(traces)
     try:
-        prep = prepare(_lines(files))
+        prep = prepare(_lines(files), fleet.uses_profile())
     except OSError as exc:
         print(f"loopwarden tune: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     points = grid(sweeps)
+    if sweeps and fleet.uses_profile():
+        print(
+            "loopwarden tune: note: agents with loopwarden.profile openclaw-latest ignore the swept knobs "
+            "(its thresholds are fixed); their counts are the same at every point",
+            file=sys.stderr,
+        )
     jobs = max(args.jobs, 1)
     from rich.console import Console
 

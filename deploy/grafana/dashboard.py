@@ -318,7 +318,9 @@ def build() -> dash_b.Dashboard:
         board,
         _ts(
             "Detections by detector and level",
-            "Every detection, emitted or not (warnings are published only when the bucket rule lets them out).",
+            "Every detection, emitted or not (warnings are published only when the bucket rule lets them out). "
+            "argument_churn (a warning) comes only from agents under loopwarden.profile openclaw-latest, "
+            "OpenClaw's newest rules.",
             "ops",
             q(
                 f"sum by (detector, level) (rate(loopwarden_detections_total{{{SEL}}}[{RATE}]))",

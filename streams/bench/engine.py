@@ -35,18 +35,22 @@ def build_trace(events: int, seed: int, event_ids: bool = False) -> list[bytes]:
     return trace[:events]
 
 
-def drive(trace: list[bytes], fleet: FleetConfig) -> tuple[int, int]:
-    """The worker's per-event path, minus Kafka: returns (detections, emitted)."""
+def drive(trace: list[bytes], fleet: FleetConfig, with_ext: bool = False) -> tuple[int, int]:
+    """The worker's per-event path, minus Kafka: returns (detections, emitted).
+
+    ``with_ext``: pass each agent's ``loopwarden`` block (the default leaves it out, as this bench
+    always has, so its numbers compare across commits)."""
     states: dict[tuple[str, str], object] = {}
     detections = emitted = 0
     resolve = fleet.resolve
+    extensions_of = fleet.extensions_of if with_ext else lambda _event: None
     for raw in trace:
         try:
             event = decode_event(raw)
         except EventDecodeError:
             continue
         key = state_key(event)
-        result = step(states.get(key), event, resolve(event.agent_id))
+        result = step(states.get(key), event, resolve(event.agent_id), ext=extensions_of(event))
         if result.state is None:
             states.pop(key, None)
         else:
@@ -80,18 +84,22 @@ def hashing_floor(trace: list[bytes]) -> None:
             sha(canonical_bytes(load(bytes(result)))).hexdigest()
 
 
-def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: bool = False) -> dict:
-    from loopwarden.detection import payloads
+def bench_engine(
+    events: int, seed: int, repeat: int, profile: bool, event_ids: bool = False, rules: str | None = None
+) -> dict:
+    """``rules``: ``loopwarden.profile`` for every agent (None: OpenClaw's docs revision)."""
+    from loopwarden.detection import latest_hashing, payloads
 
-    fleet = FleetConfig.from_document(BENCH_CONFIG)
+    fleet = FleetConfig.from_document({**BENCH_CONFIG, "loopwarden": {"profile": rules}} if rules else BENCH_CONFIG)
     trace = build_trace(events, seed, event_ids)
     size = sum(map(len, trace))
     runs, cpu, floor = [], [], []
     for _ in range(repeat):  # engine and floor alternate, so a noisy spell on a shared machine hits both
         payloads.HASHER.clear()
+        latest_hashing.LATEST_HASHER.clear()
         gc.collect()
         start, start_cpu = time.perf_counter(), time.process_time()
-        detections, emitted = drive(trace, fleet)
+        detections, emitted = drive(trace, fleet, rules is not None)
         runs.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         start = time.perf_counter()
@@ -99,6 +107,7 @@ def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: 
         floor.append(time.perf_counter() - start)
     best = min(runs)
     report = {
+        "rules": rules or "openclaw",
         "events": len(trace),
         "event_ids": event_ids,
         "mean_event_bytes": round(size / len(trace)),
@@ -116,9 +125,10 @@ def bench_engine(events: int, seed: int, repeat: int, profile: bool, event_ids: 
         from pyinstrument import Profiler
 
         payloads.HASHER.clear()
+        latest_hashing.LATEST_HASHER.clear()
         profiler = Profiler(interval=0.0005)
         profiler.start()
-        drive(trace, fleet)
+        drive(trace, fleet, rules is not None)
         profiler.stop()
         report["profile"] = profiler.output_text(unicode=False, color=False, show_all=False)
     return report
@@ -134,10 +144,17 @@ def add_arguments(p) -> None:
         action="store_true",
         help="give every event an event_id, as the runner client does (default: none, as before)",
     )
+    p.add_argument(
+        "--rules",
+        choices=["openclaw", "openclaw-latest"],
+        default="openclaw",
+        help="the docs revision's rules (default) or the openclaw-latest profile for every agent",
+    )
 
 
 def run(args) -> int:
-    report = bench_engine(args.events, args.seed, args.repeat, args.profile, args.event_ids)
+    rules = None if args.rules == "openclaw" else args.rules
+    report = bench_engine(args.events, args.seed, args.repeat, args.profile, args.event_ids, rules)
     profile = report.pop("profile", None)
     print(msgspec.json.format(msgspec.json.encode(report)).decode())
     if profile:

@@ -21,10 +21,13 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Callable
 
 import msgspec
 
 from loopwarden.schemas.jsvalues import JsFloat, js_double
+
+Normalizer = Callable[[str], str] | None
 
 _SAFE = 2**53
 # One C-speed pass classifies the fast path's output: digits -> "0",
@@ -107,12 +110,29 @@ def js_string(text: str) -> str:
     return '"' + _NEEDS_ESCAPE.sub(_escape_char, _well_formed(text)) + '"'
 
 
+_NEEDS_ESCAPE_OR_LONE = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
+
+
+def js_string_escaped(text: str) -> str:
+    """Well-formed ``JSON.stringify`` (the ``openclaw-latest`` profile): a lone surrogate is
+    written as ``\\udxxx`` (lowercase hex) instead of being dropped; pairs are joined first."""
+    if _SURROGATE.search(text):
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return '"' + _NEEDS_ESCAPE_OR_LONE.sub(_escape_char, text) + '"'
+
+
 def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def canonical_slow(value: object) -> str:
-    """Reference implementation of §2.1-§2.6 for JSON-shaped values."""
+def canonical_slow(value: object, quote: Callable[[str], str] = js_string, normalize: Normalizer = None) -> str:
+    """Reference implementation of §2.1-§2.6 for JSON-shaped values.
+
+    ``quote`` writes a string (:func:`js_string_escaped` for the newest revision's
+    surrogate rule); ``normalize``, when given, rewrites every string value and
+    object key before quoting, and keys sort by their normalized form, the raw
+    key breaking ties (the newest revision's outcome digests).
+    """
     if value is None:
         return "null"
     if value is True:
@@ -120,18 +140,21 @@ def canonical_slow(value: object) -> str:
     if value is False:
         return "false"
     if isinstance(value, str):
-        return js_string(value)
+        return quote(value if normalize is None else normalize(value))
     if isinstance(value, (int, float)):
         if isinstance(value, int) and not -_SAFE <= value <= _SAFE:
             value = js_double(value)  # may be ±Infinity (§2.3): a quoted string then
         if isinstance(value, float) and not math.isfinite(value):
-            return js_string(js_number(value))
+            return quote(js_number(value))
         return js_number(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(canonical_slow(v) for v in value) + "]"
+        return "[" + ",".join(canonical_slow(v, quote, normalize) for v in value) + "]"
     if isinstance(value, dict):
-        keys = sorted(value, key=_utf16_key)
-        return "{" + ",".join(js_string(k) + ":" + canonical_slow(value[k]) for k in keys) + "}"
+        if normalize is None:
+            keys = sorted(value, key=_utf16_key)
+            return "{" + ",".join(quote(k) + ":" + canonical_slow(value[k], quote) for k in keys) + "}"
+        pairs = sorted(((normalize(k), k) for k in value), key=lambda p: (_utf16_key(p[0]), _utf16_key(p[1])))
+        return "{" + ",".join(quote(n) + ":" + canonical_slow(value[k], quote, normalize) for n, k in pairs) + "}"
     if value is UNDEFINED:
         return "undefined"
     raise TypeError(f"cannot serialize {type(value).__name__}")
@@ -160,6 +183,9 @@ def _fast(value: object) -> bytes | None:
     if classes.find(_LONG_DIGITS) < 0 and (out.isascii() or classes.find(33) < 0):
         return out
     return None
+
+
+canonical_fast = _fast  # for the other serializers of the package (latest_hashing)
 
 
 def canonical_bytes(value: object) -> bytes:

@@ -70,6 +70,9 @@ def _members(h: History, det: Detection, sig: str, result_hash: str | None) -> l
         hit = lambda i: args[i] == sig and results[i] == result_hash  # noqa: E731
     elif detector == "generic_repeat" and det.level == "warning":  # every record of the signature
         hit = lambda i: args[i] == sig  # noqa: E731
+    elif detector == "argument_churn":  # the tool's newest outcomes, whatever their arguments
+        tools, tool = h.tools, det.tool_name
+        hit = lambda i: tools[i] == tool and bool(results[i])  # noqa: E731
     else:  # a no-progress streak: the newest outcomes of the signature, all equal
         hit = lambda i: args[i] == sig and bool(results[i])  # noqa: E731
     out: list[int] = []

@@ -23,6 +23,7 @@ class Finding(NamedTuple):
     warning_key: str
     message: str
     paired_tool_name: str | None = None
+    liveness_signal: str | None = None  # openclaw-latest: "argument_churn" (loopwarden.detection.latest)
 
 
 def unknown_tool_streak(h: History, tool: str) -> tuple[int, str | None]:

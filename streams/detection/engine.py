@@ -3,7 +3,9 @@
 It plays OpenClaw's caller (§9) for one event of one run: detection before a
 call is recorded, critical calls blocked and not recorded (their results are
 the veto), warnings emitted by the bucket rule, outcomes recorded and fed to
-the post-compaction guard.
+the post-compaction guard. With ``ext.profile`` (``openclaw-latest``) the same
+caller applies OpenClaw's newest rules instead (:mod:`loopwarden.detection.latest`,
+RULES.md §14): one branch per event, the rest of the path untouched.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from typing import NamedTuple
 
 from msgspec import UNSET
 
-from loopwarden.detection import cost
+from loopwarden.detection import cost, latest
 from loopwarden.detection import guard as guards
 from loopwarden.detection.buckets import dedup_key, should_emit
 from loopwarden.detection.cost import Charge
-from loopwarden.detection.detectors import decide
+from loopwarden.detection.detectors import Finding, decide
 from loopwarden.detection.history import record_outcome
+from loopwarden.detection.latest_hashing import KIND_NONE, LATEST_HASHER, VETO, mutation_target
 from loopwarden.detection.payloads import HASHER, CallKey, ResultKey
-from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, expect_veto
+from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, RunUsage, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
 from loopwarden.schemas.config import ResolvedConfig
 from loopwarden.schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck
@@ -46,6 +49,48 @@ _known_results = HASHER.results.entries.get
 _new = tuple.__new__  # StepResult's generated __new__ is Python code, run once per event
 
 
+def _detection(state: RunState, event: ToolCall, tool: str, finding: Finding, ext: Extensions | None) -> Detection:
+    """A finding as the caller reports it: critical blocks (unless shadowed), warnings by the bucket rule."""
+    # Shadow: reported, but the run goes on as if the detector had not fired.
+    shadow = ext is not None and ext.shadowed(finding.detector)
+    critical = finding.level == "critical"
+    if critical:
+        if not shadow:  # shadowed: nothing refused, so no veto to expect
+            expect_veto(state, event.tool_call_id, MAX_BLOCKED_CALLS)
+        emitted = True
+    else:
+        emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
+    return Detection(
+        level=finding.level,
+        detector=finding.detector,
+        count=finding.count,
+        warning_key=finding.warning_key,
+        tool_name=tool,
+        message=finding.message,
+        emitted=emitted,
+        action="block" if critical else "warn",
+        paired_tool_name=finding.paired_tool_name,
+        shadow=shadow,
+        liveness_signal=finding.liveness_signal,
+    )
+
+
+def _charge_recorded(
+    u: RunUsage, state: RunState, event: ToolCall, sig: str, tool: str, charge: Charge | None
+) -> Charge | None:
+    """Usage bookkeeping once the call is recorded; the charge the event adds."""
+    if charge is not None:  # this call's usage is in the detection's charge
+        cost.align(u, state.history, True)
+        return charge
+    tokens, spent = cost.of_call(u, event.usage)
+    charge = cost.charge_blocked(u, sig, tool, tokens, spent) if u.blocked else None
+    if charge is None:
+        cost.align(u, state.history, True, tokens, spent)
+    else:
+        cost.align(u, state.history, True)
+    return charge
+
+
 def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
@@ -59,55 +104,48 @@ def _on_call(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensi
     if cfg.enabled:
         finding = decide(state.history, tool, sig, info.known_poll, cfg)
         if finding is not None:
-            # Shadow: reported, but the run goes on as if the detector had not fired.
-            shadow = ext is not None and ext.shadowed(finding.detector)
-            critical = finding.level == "critical"
-            if critical:
-                if not shadow:  # shadowed: nothing refused, so no veto to expect
-                    expect_veto(state, event.tool_call_id, MAX_BLOCKED_CALLS)
-                emitted = True
-            else:
-                emitted = should_emit(state.buckets, dedup_key(event.run_id, finding.warning_key), finding.count)
-            detection = Detection(
-                level=finding.level,
-                detector=finding.detector,
-                count=finding.count,
-                warning_key=finding.warning_key,
-                tool_name=tool,
-                message=finding.message,
-                emitted=emitted,
-                action="block" if critical else "warn",
-                paired_tool_name=finding.paired_tool_name,
-                shadow=shadow,
-            )
+            detection = _detection(state, event, tool, finding, ext)
             detections = (detection,)
             if u is not None:
                 charge = cost.charge(u, state.history, detection, sig, *cost.of_call(u, event.usage))
-            if critical and not shadow:
+            if detection.action == "block" and not detection.shadow:
                 return _new(StepResult, (state, detections, False, False, charge))  # §9.3: not executed, not recorded
     if cfg.record_calls:
         state.history.push(tool, sig, event.tool_call_id, None, None, cfg.history_size)  # record_call, inlined
         if u is not None:
-            if charge is not None:  # this call's usage is in the detection's charge
-                cost.align(u, state.history, True)
-            else:
-                tokens, spent = cost.of_call(u, event.usage)
-                charge = cost.charge_blocked(u, sig, tool, tokens, spent) if u.blocked else None
-                if charge is None:
-                    cost.align(u, state.history, True, tokens, spent)
-                else:
-                    cost.align(u, state.history, True)
+            charge = _charge_recorded(u, state, event, sig, tool, charge)
     return _new(StepResult, (state, detections, False, False, charge))
+
+
+def _vetoed(state: RunState, call_id: str | None) -> bool:
+    """§13.3: the result of a call the engine blocked is the veto, whatever payload arrived."""
+    if call_id:
+        if call_id in state.blocked:
+            state.blocked.remove(call_id)
+            return True
+    elif state.blocked_without_id:
+        state.blocked_without_id -= 1  # an id-less blocked call's result, matched by order
+        return True
+    return False
+
+
+def _observe(
+    state: RunState, tool: str, sig: str, result_hash: str, window: int, ext: Extensions | None
+) -> StepResult | None:
+    """Feed the armed guard (§10.3); the abort, if any."""
+    abort = guards.observe(state.guard, tool, sig, result_hash, window)
+    if abort is None:
+        return None
+    if ext is not None and ext.shadowed(abort.detector):
+        abort.shadow = True  # reported; the run is not aborted
+    u = state.usage
+    charge = None if u is None else cost.charge(u, state.history, abort, sig, result_hash=result_hash)
+    return StepResult(state, (abort,), False, False, charge)
 
 
 def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Extensions | None) -> StepResult:
     call_id = event.tool_call_id
-    if call_id:
-        if call_id in state.blocked:
-            state.blocked.remove(call_id)  # §13.3: the veto, whatever payload arrived
-            return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
-    elif state.blocked_without_id:
-        state.blocked_without_id -= 1  # §13.3: an id-less blocked call's result, matched by order
+    if (state.blocked or state.blocked_without_id) and _vetoed(state, call_id):
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     tool = normalize_tool_name(event.tool_name)
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
@@ -132,12 +170,77 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
     if u is not None:
         cost.align(u, state.history, appended)
     if cfg.guard_enabled and state.guard.remaining > 0:  # an unarmed guard observes nothing (§10.3)
-        abort = guards.observe(state.guard, tool, sig, result_hash, cfg.guard_window)
+        abort = _observe(state, tool, sig, result_hash, cfg.guard_window, ext)
         if abort is not None:
-            if ext is not None and ext.shadowed(abort.detector):
-                abort.shadow = True  # reported; the run is not aborted
-            charge = None if u is None else cost.charge(u, state.history, abort, sig, result_hash=result_hash)
-            return StepResult(state, (abort,), False, False, charge)
+            return abort
+    return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+
+
+# --- the openclaw-latest profile (loopwarden.detection.latest): the same caller, the newest rules ---
+
+
+def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions) -> StepResult:
+    tool = normalize_tool_name(event.tool_name)
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    info = LATEST_HASHER.call_info(tool, raw)
+    sig = info.sig
+    target = mutation_target(info.path, event.cwd)
+    h = state.history
+    x = latest.extras(state)
+    detections = NO_DETECTIONS
+    u = state.usage
+    if u is None and event.usage is not None:
+        u = cost.start(state)
+    charge = None
+    if cfg.enabled:
+        finding = latest.decide(h, x, tool, sig, info.known_poll, target)
+        if finding is not None:
+            detection = _detection(state, event, tool, finding, ext)
+            detections = (detection,)
+            if u is not None:
+                charge = cost.charge(u, h, detection, sig, *cost.of_call(u, event.usage))
+            if detection.action == "block" and not detection.shadow:
+                # Not executed, not recorded: the veto is recorded now, before any later call is examined.
+                appended = latest.record_outcome(h, x, tool, sig, event.tool_call_id, VETO, target)
+                if u is not None:
+                    cost.align(u, h, appended)
+                return _new(StepResult, (state, detections, False, False, charge))
+    if cfg.record_calls:
+        latest.record_call(h, x, tool, sig, event.tool_call_id, target)
+        if u is not None:
+            charge = _charge_recorded(u, state, event, sig, tool, charge)
+    return _new(StepResult, (state, detections, False, False, charge))
+
+
+def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Extensions) -> StepResult:
+    call_id = event.tool_call_id
+    if (state.blocked or state.blocked_without_id) and _vetoed(state, call_id):  # recorded when blocked
+        return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+    tool = normalize_tool_name(event.tool_name)
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    info = LATEST_HASHER.call_info(tool, raw)
+    error = None if event.error is UNSET else bytes(event.error)
+    if error is None or error == b"null":
+        result = event.result
+        if result is UNSET:
+            return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+        outcome = LATEST_HASHER.outcome(tool, info.mode, bytes(result), None)
+    else:
+        outcome = LATEST_HASHER.outcome(tool, info.mode, None, error)
+    result_hash = outcome.result_hash
+    if result_hash is None and outcome.kind == KIND_NONE:
+        return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+    sig = info.sig
+    h = state.history
+    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path))
+    u = state.usage
+    if u is not None:
+        cost.align(u, h, appended)
+    # Only hashed records reach the guard: a veto never does.
+    if result_hash is not None and cfg.guard_enabled and state.guard.remaining > 0:
+        abort = _observe(state, tool, sig, result_hash, latest.GUARD_WINDOW, ext)
+        if abort is not None:
+            return abort
     return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
 
 
@@ -163,13 +266,23 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
         if event_id in index:
             return StepResult(state, NO_DETECTIONS, duplicate=True)
         state.remember(event_id)
-    if cls is ToolCall:
-        return _on_call(state, event, config, ext)
-    if cls is ToolResult:
-        return _on_result(state, event, config, ext)
+    if ext is not None and ext.profile:  # the openclaw-latest profile (the only one)
+        if cls is ToolCall:
+            return _on_call_latest(state, event, config, ext)
+        if cls is ToolResult:
+            return _on_result_latest(state, event, config, ext)
+        window = latest.GUARD_WINDOW
+    else:
+        if state.extras is not None:  # the profile's columns, once it ran: they would go out of step
+            state.extras = None
+        if cls is ToolCall:
+            return _on_call(state, event, config, ext)
+        if cls is ToolResult:
+            return _on_result(state, event, config, ext)
+        window = config.guard_window
     if isinstance(event, CompactionRetry):
         if config.guard_enabled:
-            guards.arm(state.guard, config.guard_window)
+            guards.arm(state.guard, window)
             return StepResult(state, NO_DETECTIONS, guard_armed=True)
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     raise TypeError(f"not an event: {type(event).__name__}")

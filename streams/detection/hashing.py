@@ -168,9 +168,7 @@ def is_loop_veto(result: object) -> bool:
     if not isinstance(result, dict):
         return False
     details = result.get("details")
-    return (
-        isinstance(details, dict) and details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
-    )
+    return isinstance(details, dict) and is_veto_details(details)
 
 
 def result_mode(tool: str, params: object, send_tools: frozenset[str] = frozenset()) -> str:
@@ -185,26 +183,42 @@ def result_mode(tool: str, params: object, send_tools: frozenset[str] = frozense
     return "send" if is_send_like(tool, params, send_tools) else ""
 
 
+def result_parts(result: dict) -> tuple[dict, str]:
+    """§4.3: a plain-object result's ``details`` (``{}`` unless an object) and content text."""
+    details = result.get("details")
+    return (details if isinstance(details, dict) else {}), _content_text(result)
+
+
+def is_veto_details(details: dict) -> bool:
+    """§4.4: the loop detector's own blocked result."""
+    return details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop"
+
+
+def hashed_value(tool: str, mode: str, details: dict, text: str) -> object:
+    """§4.5-§4.9: what is digested for a plain-object result that is not the loop's veto."""
+    if tool == "exec":
+        status = details.get("status")
+        if isinstance(status, str):
+            projection = _exec_projection(status, details, text)
+            if projection is not None:
+                return projection
+    if mode == "poll" or mode == "log":
+        return _process_projection(mode, details, text)
+    if mode == "send":
+        return strip_volatile(details)
+    return {"details": details, "text": text}
+
+
 def result_hash(tool: str, mode: str, result: object) -> str | None:
     """§4.2-§4.9 for a result without error; None means "not recorded"."""
     if not isinstance(result, dict):
         return digest_decoded(result)
-    details = result.get("details")
+    details = result.get("details")  # result_parts and is_veto_details, inlined: this runs for every new result
     if not isinstance(details, dict):
         details = {}
-    text = _content_text(result)
-    status = details.get("status")
-    if status == "blocked" and details.get("deniedReason") == "tool-loop":
+    if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return None
-    if tool == "exec" and isinstance(status, str):
-        projection = _exec_projection(status, details, text)
-        if projection is not None:
-            return digest_decoded(projection)
-    if mode == "poll" or mode == "log":
-        return digest_decoded(_process_projection(mode, details, text))
-    if mode == "send":
-        return digest_decoded(strip_volatile(details))
-    return digest_decoded({"details": details, "text": text})
+    return digest_decoded(hashed_value(tool, mode, details, _content_text(result)))
 
 
 def outcome_hash(

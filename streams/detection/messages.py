@@ -1,4 +1,8 @@
-"""Verdict message templates, exactly as OpenClaw words them (§8.1, §10.4)."""
+"""Verdict message templates, exactly as OpenClaw words them (§8.1, §10.4).
+
+The ``*_latest`` templates and the two churn templates are the newest revision's
+(the ``openclaw-latest`` profile); the others are shared by both revisions.
+"""
 
 from __future__ import annotations
 
@@ -64,4 +68,33 @@ def compaction_loop(tool: str, n: int, window: int) -> str:
         f"CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within "
         f"{window} attempts after auto-compaction. The compaction did not break the loop. "
         "Aborting to prevent runaway resource use."
+    )
+
+
+def generic_critical_latest(tool: str, n: int) -> str:
+    return (
+        f"CRITICAL: Called {tool} with identical outcomes {n} times. "
+        "Session execution blocked to prevent runaway loops."
+    )
+
+
+def global_breaker_latest(tool: str, n: int) -> str:
+    return (
+        f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. "
+        "Session execution blocked by global circuit breaker to prevent runaway loops."
+    )
+
+
+def argument_churn(tool: str, variants: int, n: int) -> str:
+    return (
+        f"WARNING: {tool} has cycled through {variants} repeated argument patterns with the same stable outcome "
+        f"{n} times. Continued churn is treated as stalled run activity, but this tool call remains allowed."
+    )
+
+
+def write_churn(tool: str, variants: int) -> str:
+    return (
+        f"WARNING: {tool} has changed the same target with {variants} distinct argument variants and no "
+        "intervening verification. Continued rewriting is treated as stalled run activity, but this tool call "
+        "remains allowed. Read or verify the current result before rewriting it again."
     )

@@ -104,6 +104,33 @@ class History(msgspec.Struct, array_like=True, dict=True):
             del self.results[:excess], self.unknowns[:excess]
 
 
+class RecordExtras(msgspec.Struct, array_like=True):
+    """The record fields only the ``openclaw-latest`` profile reads (:mod:`loopwarden.detection.latest`).
+
+    One list each, beside the history's columns (one entry per record, oldest first).
+    Only the profile writes them and keeps them aligned; the engine without the profile
+    drops them (``RunState.extras = None``) before it changes the history.
+    """
+
+    targets: list[str | None] = msgspec.field(default_factory=list)  # mutationTargetHash
+    kinds: list[int] = msgspec.field(default_factory=list)  # outcome kind (latest_hashing.KIND_*)
+    identities: list[str | None] = msgspec.field(default_factory=list)  # failureIdentityHash
+    no_progress: list[bool] = msgspec.field(default_factory=list)
+
+    @classmethod
+    def blank(cls, n: int) -> RecordExtras:
+        return cls([None] * n, [0] * n, [None] * n, [False] * n)
+
+    def append(self, target: str | None, kind: int, identity: str | None, no_progress: bool) -> None:
+        self.targets.append(target)
+        self.kinds.append(kind)
+        self.identities.append(identity)
+        self.no_progress.append(no_progress)
+
+    def drop_oldest(self, n: int) -> None:
+        del self.targets[:n], self.kinds[:n], self.identities[:n], self.no_progress[:n]
+
+
 class Guard(msgspec.Struct, array_like=True):
     """Post-compaction guard of one run (§10)."""
 
@@ -171,7 +198,9 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     joined: list[str] | None = None
     # Verdict acks and obedience (loopwarden.detection.enforcement); optional so older states decode.
     enforcement: Enforcement | None = None
-    usage: RunUsage | None = None  # keep last: see encode_state
+    usage: RunUsage | None = None  # optional tail: see encode_state
+    # The openclaw-latest profile's record fields (None without the profile); optional tail.
+    extras: RecordExtras | None = None
 
     def seen_index(self) -> set[str] | list[str]:
         """The ids of ``seen`` for membership tests (built once per decoded state).
@@ -207,7 +236,9 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
 _astuple = msgspec.structs.astuple
-_WITHOUT_USAGE = len(RunState.__struct_fields__) - 1
+# Fields from `usage` on are an optional tail: stored only up to the last one that is set,
+# so a state without them has the bytes it had before they existed.
+_BASE_FIELDS = RunState.__struct_fields__.index("usage")
 
 # Names and ids are kept as sent, so a state may hold lone surrogates, which
 # msgpack strings (UTF-8) cannot. Such a state is written with every string
@@ -248,7 +279,7 @@ def _unescape(text: str) -> str:
     return text.encode("latin-1").decode("utf-8", "surrogatepass")
 
 
-def pack(value: msgspec.Struct, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
+def pack(value: msgspec.Struct | tuple, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
     """msgpack of a Struct, total: lone surrogates survive (see ``_ESCAPED``); normal states stay plain."""
     try:
         return encoder.encode(value)
@@ -263,9 +294,19 @@ def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
     return decoder.decode(raw)
 
 
+def state_fields(state: RunState, keep: int = _BASE_FIELDS) -> tuple:
+    """The state's fields without the unset end of the optional tail (at least ``keep`` fields)."""
+    fields = _astuple(state)
+    n = len(fields)
+    while n > keep and fields[n - 1] is None:
+        n -= 1
+    return fields[:n]
+
+
 def encode_state(state: RunState) -> bytes:
-    """A run without usage encodes without the trailing ``usage`` slot: same bytes as before it existed."""
-    return pack(_astuple(state)[:_WITHOUT_USAGE] if state.usage is None else state)
+    """A run without usage (or the profile's extras) encodes without those trailing slots:
+    same bytes as before they existed."""
+    return pack(state_fields(state))
 
 
 def decode_state(raw: bytes) -> RunState:

@@ -126,6 +126,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
         loop_tokens=det.loop_tokens,
         loop_cost=det.loop_cost,
         origin=event.origin,
+        liveness_signal=det.liveness_signal,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import msgspec
 
 from loopwarden.detection import RunState
-from loopwarden.detection.state import pack, unpack
+from loopwarden.detection.state import pack, state_fields, unpack
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.events import state_key as event_state_key
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
@@ -44,7 +44,15 @@ def decode_key(raw: bytes) -> tuple[str, str]:
         return session, scope
 
 
+# The run table has always stored the state's `usage` slot (nil when unset); later optional
+# fields are left out while unset, so such values keep their bytes.
+_STORED_FIELDS = RunState.__struct_fields__.index("usage") + 1
+
+
 def encode_value(value: RunValue) -> bytes:
+    state = value.state
+    if state is not None and state.extras is None:
+        return pack((value.offset, value.touched, state_fields(state, _STORED_FIELDS)), _value_encoder)
     return pack(value, _value_encoder)  # total: a state may hold lone surrogates (names taken as sent)
 
 

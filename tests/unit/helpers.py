@@ -101,6 +101,25 @@ def msg_compaction(tool: str, n: int, window: int) -> str:
     return f"CRITICAL: tool {tool} repeated {n} times with identical arguments and identical results within {window} attempts after auto-compaction. The compaction did not break the loop. Aborting to prevent runaway resource use."
 
 
+# --- the openclaw-latest profile's templates that differ (RULES.md, its part), verbatim ---
+
+
+def msg_generic_critical_latest(tool: str, n: int) -> str:
+    return f"CRITICAL: Called {tool} with identical outcomes {n} times. Session execution blocked to prevent runaway loops."
+
+
+def msg_global_latest(tool: str, n: int) -> str:
+    return f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. Session execution blocked by global circuit breaker to prevent runaway loops."
+
+
+def msg_churn(tool: str, v: int, n: int) -> str:
+    return f"WARNING: {tool} has cycled through {v} repeated argument patterns with the same stable outcome {n} times. Continued churn is treated as stalled run activity, but this tool call remains allowed."
+
+
+def msg_write_churn(tool: str, v: int) -> str:
+    return f"WARNING: {tool} has changed the same target with {v} distinct argument variants and no intervening verification. Continued rewriting is treated as stalled run activity, but this tool call remains allowed. Read or verify the current result before rewriting it again."
+
+
 # --- configs ---
 
 ON = {"enabled": True}
