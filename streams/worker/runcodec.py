@@ -1,7 +1,8 @@
 """Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
 
 Key: the JSON array ``[session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
-run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` as msgpack: the engine's
+run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` in the run state's
+versioned stored format (``streams/detection/STATE.md``: a version byte, then msgpack): the engine's
 :class:`RunState` plus what the worker needs around it: the last applied
 offset of the source partition (replayed events at or below it are skipped,
 so an event is applied once) and the wall time of the last event (idle
@@ -49,4 +50,5 @@ def encode_value(value: RunValue) -> bytes:
 
 
 def decode_value(raw: bytes) -> RunValue:
+    """Any version this worker reads; a newer one raises ``UnknownFormatVersion`` (a ``msgspec.DecodeError``)."""
     return unpack(raw, _value_decoder, RunValue)
