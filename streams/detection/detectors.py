@@ -7,18 +7,19 @@ signatures imply equal tool names.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 from loopwarden.detection import messages
 from loopwarden.detection.state import History
 from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.verdicts import DetectorName, Level
 
 
-class Finding(NamedTuple):
+class Finding(msgspec.Struct, gc=False):
     """A detector hit before the caller decides emission (§9)."""
 
-    level: str
-    detector: str
+    level: Level
+    detector: DetectorName
     count: int
     warning_key: str
     message: str
@@ -59,7 +60,9 @@ def no_progress_streak(h: History, sig: str) -> tuple[int, str | None]:
     return count, latest
 
 
-class PingPong(NamedTuple):
+class PingPong(msgspec.Struct, gc=False):
+    """The alternating tail ending in the current call (§7.4): its length, the other side, its evidence."""
+
     count: int
     paired_tool: str | None = None
     paired_sig: str | None = None

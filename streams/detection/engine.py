@@ -117,9 +117,9 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         result = event.result
         if result is UNSET:
             return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
-        result = bytes(result)
-        known = _known_results(ResultKey(tool == "exec", info.mode, result)) or HASHER.outcome(
-            tool, info.mode, result, None
+        body = bytes(result)
+        known = _known_results(ResultKey(tool == "exec", info.mode, body)) or HASHER.outcome(
+            tool, info.mode, body, None
         )
     else:
         known = HASHER.outcome(tool, info.mode, None, error)
@@ -163,9 +163,9 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
         if event_id in index:
             return StepResult(state, NO_DETECTIONS, duplicate=True)
         state.remember(event_id)
-    if cls is ToolCall:
+    if type(event) is ToolCall:  # type(), not cls: the checker narrows the event's type on it
         return _on_call(state, event, config, ext)
-    if cls is ToolResult:
+    if type(event) is ToolResult:
         return _on_result(state, event, config, ext)
     if isinstance(event, CompactionRetry):
         if config.guard_enabled:
