@@ -7,23 +7,24 @@ signatures imply equal tool names.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 from loopwarden.detection import messages
 from loopwarden.detection.state import History
 from loopwarden.schemas.config import ResolvedConfig
+from loopwarden.schemas.verdicts import DetectorName, Level, LivenessSignal
 
 
-class Finding(NamedTuple):
+class Finding(msgspec.Struct, gc=False):
     """A detector hit before the caller decides emission (§9)."""
 
-    level: str
-    detector: str
+    level: Level
+    detector: DetectorName
     count: int
     warning_key: str
     message: str
     paired_tool_name: str | None = None
-    liveness_signal: str | None = None  # openclaw-latest: "argument_churn" (loopwarden.detection.latest)
+    liveness_signal: LivenessSignal | None = None  # openclaw-latest: "argument_churn" (loopwarden.detection.latest)
 
 
 def unknown_tool_streak(h: History, tool: str) -> tuple[int, str | None]:
@@ -60,7 +61,9 @@ def no_progress_streak(h: History, sig: str) -> tuple[int, str | None]:
     return count, latest
 
 
-class PingPong(NamedTuple):
+class PingPong(msgspec.Struct, gc=False):
+    """The alternating tail ending in the current call (§7.4): its length, the other side, its evidence."""
+
     count: int
     paired_tool: str | None = None
     paired_sig: str | None = None

@@ -155,9 +155,9 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         result = event.result
         if result is UNSET:
             return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
-        result = bytes(result)
-        known = _known_results(ResultKey(tool == "exec", info.mode, result)) or HASHER.outcome(
-            tool, info.mode, result, None
+        body = bytes(result)
+        known = _known_results(ResultKey(tool == "exec", info.mode, body)) or HASHER.outcome(
+            tool, info.mode, body, None
         )
     else:
         known = HASHER.outcome(tool, info.mode, None, error)
@@ -267,17 +267,17 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
             return StepResult(state, NO_DETECTIONS, duplicate=True)
         state.remember(event_id)
     if ext is not None and ext.profile:  # the openclaw-latest profile (the only one)
-        if cls is ToolCall:
+        if type(event) is ToolCall:  # type(), not cls: the checker narrows the event's type on it
             return _on_call_latest(state, event, config, ext)
-        if cls is ToolResult:
+        if type(event) is ToolResult:
             return _on_result_latest(state, event, config, ext)
         window = latest.GUARD_WINDOW
     else:
         if state.extras is not None:  # the profile's columns, once it ran: they would go out of step
             state.extras = None
-        if cls is ToolCall:
+        if type(event) is ToolCall:  # type(), not cls: the checker narrows the event's type on it
             return _on_call(state, event, config, ext)
-        if cls is ToolResult:
+        if type(event) is ToolResult:
             return _on_result(state, event, config, ext)
         window = config.guard_window
     if isinstance(event, CompactionRetry):

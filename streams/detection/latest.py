@@ -21,7 +21,9 @@ is recorded.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal
+
+import msgspec
 
 from loopwarden.detection import messages
 from loopwarden.detection.detectors import Finding, pair_key, ping_pong, unknown_tool_streak
@@ -35,6 +37,7 @@ from loopwarden.detection.latest_hashing import (
 )
 from loopwarden.detection.state import History, RecordExtras, RunState
 from loopwarden.schemas.extensions import LATEST_FIXED, PROFILE_LATEST
+from loopwarden.schemas.verdicts import LivenessSignal
 
 PROFILE = PROFILE_LATEST
 UPSTREAM_REVISION = "openclaw/openclaw@2a6274310d06b554a7074a51866e76fb0f0d99b2"
@@ -47,7 +50,7 @@ UNKNOWN_TOOL = LATEST_FIXED["unknownToolThreshold"]
 GLOBAL_BREAKER = LATEST_FIXED["globalCircuitBreakerThreshold"]
 GUARD_WINDOW = LATEST_FIXED["postCompactionGuard.windowSize"]
 STABLE_VARIANT = 3  # calls an argument variant needs to count for argument churn
-ARGUMENT_CHURN = "argument_churn"  # the liveness signal, and the detector's name
+ARGUMENT_CHURN: Literal["argument_churn"] = "argument_churn"  # the liveness signal, and the detector's name
 
 
 def extras(state: RunState) -> RecordExtras:
@@ -169,7 +172,9 @@ def no_progress_streak(h: History, x: RecordExtras, tool: str, sig: str) -> tupl
     return count, latest
 
 
-class Churn(NamedTuple):
+class Churn(msgspec.Struct, frozen=True, gc=False):
+    """An argument-churn streak (a Struct: a NamedTuple field named `count` would shadow tuple.count)."""
+
     count: int
     variants: int
     write: bool = False  # the write-mutation kind
@@ -324,5 +329,5 @@ def decide(
     return None
 
 
-def _liveness(found: Churn) -> str | None:
+def _liveness(found: Churn) -> LivenessSignal | None:
     return ARGUMENT_CHURN if found.count >= WARNING else None

@@ -9,6 +9,10 @@ The history is stored column-wise (:class:`History`): the hot questions
 ("how many records have signature S?", "what is the newest signature?") are
 then single C-level list operations instead of Python loops over records.
 The run id of §6.1 is implied by the state's key, so it is not stored.
+
+Stored values carry the format's version (:data:`FORMAT_VERSION`) in their
+first byte; the format, what each version holds and the policy for changing
+it are in STATE.md beside this module.
 """
 
 from __future__ import annotations
@@ -193,13 +197,12 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
-    # Fleet signatures (loopwarden.fleet) this run has joined; None = none. Not read by OpenClaw's rules;
-    # last and optional so states stored before it still decode.
+    # Fleet signatures (loopwarden.fleet) this run has joined; None = none. Not read by OpenClaw's rules.
     joined: list[str] | None = None
-    # Verdict acks and obedience (loopwarden.detection.enforcement); optional so older states decode.
+    # Verdict acks and obedience (loopwarden.detection.enforcement).
     enforcement: Enforcement | None = None
-    usage: RunUsage | None = None  # optional tail: see encode_state
-    # The openclaw-latest profile's record fields (None without the profile); optional tail.
+    usage: RunUsage | None = None
+    # The openclaw-latest profile's record fields (None without the profile).
     extras: RecordExtras | None = None
 
     def seen_index(self) -> set[str] | list[str]:
@@ -235,16 +238,30 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunState)
-_astuple = msgspec.structs.astuple
-# Fields from `usage` on are an optional tail: stored only up to the last one that is set,
-# so a state without them has the bytes it had before they existed.
-_BASE_FIELDS = RunState.__struct_fields__.index("usage")
+
+# The stored format (STATE.md). Every value starts with its version byte, 0x01-0x7f;
+# version 1, written before versions existed, has none: it starts with a msgpack array
+# (0x90-0x9f, 0xdc, 0xdd) or with the escape byte below, neither of which is a version.
+FORMAT_VERSION = 2
+_VERSION_BYTE = bytes([FORMAT_VERSION])
+_LAST_VERSION_BYTE = 0x7F
 
 # Names and ids are kept as sent, so a state may hold lone surrogates, which
 # msgpack strings (UTF-8) cannot. Such a state is written with every string
 # as its UTF-8-with-surrogates bytes read as Latin-1 (exact and reversible),
-# behind a leading 0x00 byte that no msgpack array (a Struct) starts with.
+# behind a 0x00 byte that no msgpack array (a Struct) starts with.
 _ESCAPED = b"\x00"
+
+
+class UnknownFormatVersion(msgspec.DecodeError):
+    """A stored value of a format version this code cannot read: written by a newer loopwarden.
+
+    A ``DecodeError``, so every reader that survives an undecodable value survives this one;
+    the worker tells the two apart in its log and metrics."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"stored format version {version}; this loopwarden reads versions 1 to {FORMAT_VERSION}")
+        self.version = version
 
 
 def expect_veto(state: RunState, tool_call_id: str | None, limit: int = MAX_BLOCKED_CALLS) -> None:
@@ -279,35 +296,45 @@ def _unescape(text: str) -> str:
     return text.encode("latin-1").decode("utf-8", "surrogatepass")
 
 
-def pack(value: msgspec.Struct | tuple, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
-    """msgpack of a Struct, total: lone surrogates survive (see ``_ESCAPED``); normal states stay plain."""
+def pack(value: msgspec.Struct, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
+    """A Struct's stored form in the current format: the version byte, then its msgpack.
+
+    Total: a value holding lone surrogates is written escaped (see ``_ESCAPED``); normal ones stay plain."""
     try:
-        return encoder.encode(value)
+        return _VERSION_BYTE + encoder.encode(value)
     except UnicodeEncodeError:
-        return _ESCAPED + encoder.encode(_map_strings(msgspec.to_builtins(value), _escape))
+        return _VERSION_BYTE + _ESCAPED + encoder.encode(_map_strings(msgspec.to_builtins(value), _escape))
+
+
+def stored_version(raw: bytes) -> int:
+    """The format version of a stored value: its first byte if that is a version byte, else 1."""
+    head = raw[0] if raw else 0
+    return head if 0 < head <= _LAST_VERSION_BYTE else 1
 
 
 def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
-    """The inverse of :func:`pack`."""
-    if raw[:1] == _ESCAPED:
-        return msgspec.convert(_map_strings(msgspec.msgpack.decode(raw[1:]), _unescape), type_)
-    return decoder.decode(raw)
+    """The inverse of :func:`pack`, for every version this code reads (raises :class:`UnknownFormatVersion`).
 
-
-def state_fields(state: RunState, keep: int = _BASE_FIELDS) -> tuple:
-    """The state's fields without the unset end of the optional tail (at least ``keep`` fields)."""
-    fields = _astuple(state)
-    n = len(fields)
-    while n > keep and fields[n - 1] is None:
-        n -= 1
-    return fields[:n]
+    Versions 1 and 2 share one layout (STATE.md): 2 only added the version byte, so one decoder
+    reads both bodies. A version with another layout gets its own reader here."""
+    head = raw[0] if raw else 0
+    body: bytes | memoryview
+    if 0 < head <= _LAST_VERSION_BYTE:  # a version byte
+        if head > FORMAT_VERSION:
+            raise UnknownFormatVersion(head)
+        body = memoryview(raw)[1:]
+    else:  # version 1: no version byte
+        body = raw
+    if body[:1] == _ESCAPED:
+        return msgspec.convert(_map_strings(msgspec.msgpack.decode(body[1:]), _unescape), type_)
+    return decoder.decode(body)
 
 
 def encode_state(state: RunState) -> bytes:
-    """A run without usage (or the profile's extras) encodes without those trailing slots:
-    same bytes as before they existed."""
-    return pack(state_fields(state))
+    """A run's state in the current stored format (every slot written, ``None`` ones too)."""
+    return pack(state)
 
 
 def decode_state(raw: bytes) -> RunState:
+    """A stored run state of any version this code reads (:func:`unpack`)."""
     return unpack(raw, _decoder, RunState)

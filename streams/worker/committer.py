@@ -58,6 +58,7 @@ from typing import Any
 
 import msgspec
 
+from loopwarden.detection.state import UnknownFormatVersion
 from loopwarden.worker.batch import BatchResult, Outgoing
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 
@@ -113,6 +114,7 @@ class Committer:
         shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None,
         max_value_bytes: int | None = None,
         on_oversized: Callable[[tuple[int, bytes], int], None] | None = None,
+        on_unreadable: Callable[[str], None] | None = None,
     ) -> None:
         self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
         self.send = send
@@ -126,6 +128,7 @@ class Committer:
         self.shrink_dead_letter = shrink_dead_letter
         self.max_value_bytes = max_value_bytes  # key + value of one run, at most (None: unbounded)
         self.on_oversized = on_oversized
+        self.on_unreadable = on_unreadable  # a stored value read() discarded: "unknown_version" | "undecodable"
         self.pending: dict[tuple[int, bytes], RunValue | None] = {}
         self.stopping = False
         self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
@@ -149,9 +152,15 @@ class Committer:
             return None
         try:
             return decode_value(stored)
+        except UnknownFormatVersion as exc:  # written by a newer worker (a rollback): this run only
+            log.error("run value at partition %s key %r: %s; starting the run afresh", partition, key, exc)
+            reason = "unknown_version"
         except msgspec.DecodeError:
             log.error("undecodable run value at partition %s key %r: starting the run afresh", partition, key)
-            return None
+            reason = "undecodable"
+        if self.on_unreadable is not None:
+            self.on_unreadable(reason)
+        return None
 
     async def submit(self, result: BatchResult) -> asyncio.Future[None]:
         """Steps 1-2 now; returns the future of steps 3-5 (done = ack the batch's records)."""

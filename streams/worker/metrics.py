@@ -106,6 +106,13 @@ class Metrics:
             "Runs whose state outgrew what the changelog accepts: their state was reset (logged with the key)",
             registry=r,
         )
+        self.unreadable_runs = Counter(
+            "loopwarden_unreadable_run_values",
+            "Stored run values discarded unread (the run starts afresh), by reason: unknown_version"
+            " (a newer worker's format) or undecodable",
+            ["reason"],
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "loopwarden_consumer_lag",
             "Messages behind the partition's high watermark",

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.detection import enforcement
+from loopwarden.detection.state import UnknownFormatVersion
 from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
 from loopwarden.worker.committer import Committer, SendFn
 from loopwarden.worker.metrics import Metrics
@@ -28,6 +29,9 @@ from loopwarden.worker.screening import without_raw
 from loopwarden.worker.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# _judge's verdicts for a stored value that cannot be read (the reasons of Metrics.unreadable_runs).
+UNREADABLE = ("unknown_version", "undecodable")
 
 
 class RunProcessor:
@@ -63,6 +67,7 @@ class RunProcessor:
             shrink_dead_letter=lambda out: without_raw(out) if out.topic == dead_topic else None,
             max_value_bytes=settings.max_run_value_bytes,
             on_oversized=lambda slot, size: metrics.oversized_runs.inc(),
+            on_unreadable=lambda reason: metrics.unreadable_runs.labels(reason).inc(),
         )
 
     async def process(self, messages: Iterable[Any]) -> asyncio.Future[None]:
@@ -136,6 +141,7 @@ class RunProcessor:
         now = time.time() if now is None else now
         active = expired = 0
         unacked: dict[str, int] = {}
+        unreadable: dict[str, int] = {}
         entries = iter(self.table.owned_items(owned_partitions))
         pending = self.committer.pending
         while True:
@@ -153,7 +159,10 @@ class RunProcessor:
                             current = self.table.get(partition, key)
                             if current != raw:  # written since the scan's snapshot
                                 verdict, value, late = self._judge(current, now) if current else ("gone", None, [])
-                        if verdict == "drop":
+                        if verdict in UNREADABLE:  # dropped unread: counted apart from the idle runs
+                            writes.append((partition, key, None))
+                            unreadable[verdict] = unreadable.get(verdict, 0) + 1
+                        elif verdict == "drop":
                             writes.append((partition, key, None))
                             expired += 1
                         elif verdict in ("keep", "rewrite"):
@@ -170,19 +179,25 @@ class RunProcessor:
             await asyncio.sleep(0)  # let batches in between chunks
         for action, n in unacked.items():
             self.metrics.unacked.labels(action).inc(n)
+        for reason, n in unreadable.items():
+            log.error("expiry sweep dropped %d stored run values unread (%s)", n, reason)
+            self.metrics.unreadable_runs.labels(reason).inc(n)
         if expired:
             self.metrics.expired_runs.inc(expired)
         self.metrics.active_runs.set(active)
         return expired, active
 
     def _judge(self, raw: bytes, now: float) -> tuple[str, RunValue | None, list[str]]:
-        """One stored run: ``drop`` (idle past its TTL, or undecodable), ``rewrite`` (verdicts it awaited
-        went overdue: taken out, their actions returned) or ``keep``."""
+        """One stored run: ``drop`` (idle past its TTL), ``rewrite`` (verdicts it awaited went overdue:
+        taken out, their actions returned), ``keep``, or one of ``UNREADABLE`` (dropped too: a batch
+        would start the run afresh anyway, see ``Committer.read``)."""
         s = self.settings
         try:
             value = decode_value(raw)
+        except UnknownFormatVersion:
+            return "unknown_version", None, []
         except msgspec.DecodeError:
-            return "drop", None, []
+            return "undecodable", None, []
         ttl = s.run_ttl if value.state is not None else s.ended_ttl
         if now - value.touched > ttl:
             return "drop", value, []

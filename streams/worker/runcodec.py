@@ -1,7 +1,8 @@
 """Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
 
 Key: the JSON array ``[session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
-run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` as msgpack: the engine's
+run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` in the run state's
+versioned stored format (``streams/detection/STATE.md``: a version byte, then msgpack): the engine's
 :class:`RunState` plus what the worker needs around it: the last applied
 offset of the source partition (replayed events at or below it are skipped,
 so an event is applied once) and the wall time of the last event (idle
@@ -14,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from loopwarden.detection import RunState
-from loopwarden.detection.state import pack, state_fields, unpack
+from loopwarden.detection.state import pack, unpack
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.events import state_key as event_state_key
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
@@ -44,17 +45,10 @@ def decode_key(raw: bytes) -> tuple[str, str]:
         return session, scope
 
 
-# The run table has always stored the state's `usage` slot (nil when unset); later optional
-# fields are left out while unset, so such values keep their bytes.
-_STORED_FIELDS = RunState.__struct_fields__.index("usage") + 1
-
-
 def encode_value(value: RunValue) -> bytes:
-    state = value.state
-    if state is not None and state.extras is None:
-        return pack((value.offset, value.touched, state_fields(state, _STORED_FIELDS)), _value_encoder)
     return pack(value, _value_encoder)  # total: a state may hold lone surrogates (names taken as sent)
 
 
 def decode_value(raw: bytes) -> RunValue:
+    """Any version this worker reads; a newer one raises ``UnknownFormatVersion`` (a ``msgspec.DecodeError``)."""
     return unpack(raw, _value_decoder, RunValue)

@@ -293,4 +293,6 @@ def test_run_state_with_lone_surrogates_round_trips_through_the_table_codec():
     assert decode_value(encode_value(odd)) == odd
     plain = RunValue(offset=7, touched=1.5, state=RunState(buckets={"k\u00e9": 1}))
     raw = encode_value(plain)
-    assert raw[:1] != b"\x00" and decode_value(raw) == plain  # normal states keep the plain encoding
+    assert (
+        raw[1:2] != b"\x00" and decode_value(raw) == plain
+    )  # normal states keep the plain encoding (after the version byte)

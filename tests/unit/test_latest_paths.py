@@ -278,14 +278,18 @@ def _legacy_history() -> list:
     return [["read"], ["read:x"], ["c1"], ["h"], [None]]
 
 
-def test_a_history_without_the_profile_columns_is_stored_as_before_they_existed():
+def test_a_history_without_the_profile_columns_stores_them_as_nil_and_older_values_still_decode():
     state = RunState(history=History(*_legacy_history()))
     assert state.extras is None
     legacy = [_legacy_history(), {}, [0, [], False], [], [], 0, 0, None, None]
-    assert encode_state(state) == msgspec.msgpack.encode(legacy)
+    # the stored format v2 (STATE.md): the version byte, then every slot, usage and extras nil
+    assert encode_state(state) == b"\x02" + msgspec.msgpack.encode([*legacy, None, None])
     value = RunValue(7, 1.5, state)
-    assert encode_value(value) == msgspec.msgpack.encode([7, 1.5, [*legacy, None]])
+    assert encode_value(value) == b"\x02" + msgspec.msgpack.encode([7, 1.5, [*legacy, None, None]])
     assert decode_value(encode_value(value)) == value
+    # a value written before the profile existed (v1, no version byte, no extras slot)
+    assert decode_value(msgspec.msgpack.encode([7, 1.5, [*legacy, None]])) == value
+    assert decode_state(msgspec.msgpack.encode(legacy)) == state
 
 
 def test_a_state_stored_before_the_profile_decodes_and_the_profile_takes_it_up():

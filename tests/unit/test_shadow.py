@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from loopwarden.detection import RunState, encode_state, step
+from loopwarden.detection import decode_state, encode_state, step
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import BadLine, replay_lines
 from loopwarden.schemas.config import FleetConfig, load_config, parse_config_text
@@ -172,7 +172,7 @@ def test_extension_block_without_shadow_gives_byte_identical_replay(tmp_path, ca
     assert capsys.readouterr().out == with_block and with_block
 
 
-def test_state_without_usage_encodes_as_before_the_usage_slot():
+def test_state_without_usage_decodes_from_its_bytes_of_before_the_usage_slot():
     config = load_config(DATA / "fleet.config.json5")
     states: dict = {}
     for line in fleet_lines():
@@ -194,6 +194,6 @@ def test_state_without_usage_encodes_as_before_the_usage_slot():
             state.joined,
             state.enforcement,
         ]
-        assert encode_state(state) == msgspec.msgpack.encode(legacy)
-        assert msgspec.msgpack.decode(encode_state(state), type=RunState) == state
+        assert decode_state(msgspec.msgpack.encode(legacy)) == state  # stored (format v1) before usage existed
+        assert decode_state(encode_state(state)) == state
     assert encode_event(decode_event(fleet_lines()[0])).find(b"usage") == -1
