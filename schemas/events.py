@@ -144,11 +144,16 @@ ID_CAPS: dict[str, int] = {
 }
 _ID_FIELDS = {cls: tuple(f for f in ID_CAPS if f in cls.__struct_fields__) for cls in EVENT_TYPES}
 
+MISROUTED = "misrouted"
+"""The dead-letter reason of an event that decoded but whose Kafka key is not its run key
+(:func:`run_key`): its run's other events may sit on another partition, in another order, so
+the worker does not apply it (``misrouted: process`` applies it anyway; counted either way)."""
+
 
 class EventDecodeError(ValueError):
     """Raised for bytes that are not a valid event; ``reason`` is a :data:`DeadLetterReason`."""
 
-    def __init__(self, reason: DeadLetterReason, detail: str) -> None:
+    def __init__(self, reason: DeadLetterReason | Literal["misrouted"], detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -297,7 +302,18 @@ def run_key(event: Event) -> str:
     return key_for(event.agent_id, event.session_id, event.run_id)
 
 
-def state_key(event: Event) -> tuple[str, str]:
-    """Where a run's state lives: (session key, run scope) (§11.1)."""
+def state_key(event: Event) -> tuple[str, str, str]:
+    """Where a run's state lives: (agent id, session key, run scope) (§11.1).
+
+    The agent is part of it, as OpenClaw keeps one state per agent: two agents that share a
+    session id and send no run id do not share a history.
+    """
     run_id = event.run_id  # session_key() and run_scope(), inlined: this runs for every event
+    return event.agent_id, event.session_id or event.agent_id, js_trim(run_id) if run_id else ""
+
+
+def legacy_state_key(event: Event) -> tuple[str, str]:
+    """The state key before the agent id was part of it: (session key, run scope). A worker upgraded
+    in place still finds its in-flight runs' states under it (``loopwarden.worker.runcodec``)."""
+    run_id = event.run_id
     return event.session_id or event.agent_id, js_trim(run_id) if run_id else ""

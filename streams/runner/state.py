@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from loopwarden.runner.results import blocked_tool_result
+from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
 
@@ -37,7 +38,8 @@ class Decision(msgspec.Struct, kw_only=True):
 
     @property
     def message(self) -> str | None:
-        return self.verdict.message if self.verdict is not None else None
+        """The text for the model, from the verdict's fields (never the record's own ``message``)."""
+        return verdict_text(self.verdict) if self.verdict is not None else None
 
     @property
     def proceed(self) -> bool:
@@ -70,6 +72,7 @@ class ClientStats(msgspec.Struct, kw_only=True):
     duplicates_dropped: int = 0
     foreign_dropped: int = 0
     undecodable: int = 0
+    signature_rejected: int = 0  # control records of this runner's runs dropped: unsigned or forged (verdict_keys)
     callback_errors: int = 0
     encode_fallbacks: int = 0  # payload values sent as their repr (not JSON-encodable)
     acks_sent: int = 0

@@ -151,9 +151,9 @@ def test_run_key_is_utf8_and_state_key_stays_exact():
     assert run_key(a).encode() == "r\ufffd".encode()  # what a JavaScript producer's UTF-8 key holds
     assert state_key(a) != state_key(b)
     assert table_key(a) != table_key(b)
-    assert decode_key(table_key(a)) == ("a", "r\ud800")
+    assert decode_key(table_key(a)) == ("a", "a", "r\ud800")
     plain = decode_event(b'{"type":"run_end","agent_id":"a","run_id":"r"}')
-    assert table_key(plain) == b'["a","r"]' and decode_key(table_key(plain)) == ("a", "r")
+    assert table_key(plain) == b'["a","a","r"]' and decode_key(table_key(plain)) == ("a", "a", "r")
 
 
 # ---------------------------------------------------------------- the reasons table (schemas/WIRE.md)
