@@ -38,8 +38,13 @@ class Decision(msgspec.Struct, kw_only=True):
 
     @property
     def message(self) -> str | None:
-        """The text for the model, from the verdict's fields (never the record's own ``message``)."""
-        return verdict_text(self.verdict) if self.verdict is not None else None
+        """The text for the model, from the verdict's fields (never the record's own ``message``); the
+        tool is named as this runner called it when the verdict answers this very call."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
+        return verdict_text(verdict, self.call.tool_name if own else None)
 
     @property
     def proceed(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from loopwarden.detection import messages
+from loopwarden.detection.tools import normalize_tool_name
 from loopwarden.schemas.verdicts import Verdict
 
 MAX_NAME = 64
@@ -49,10 +50,14 @@ def _unknown_name(verdict: Verdict, tool: str | None) -> str | None:
     return key[len(prefix) :] if key.startswith(prefix) and len(key) > len(prefix) else tool
 
 
-def verdict_text(verdict: Verdict) -> str:
-    """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``)."""
+def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
+    """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``).
+
+    ``own_tool``: the tool name of the runner's own call that the verdict answers, used instead of
+    the record's (normalized as the worker does, so an honest verdict reads the same)."""
     detector, critical = verdict.detector, verdict.level == "critical"
-    tool, n = safe_name(verdict.tool_name), safe_count(verdict.count)
+    name = normalize_tool_name(own_tool) if own_tool is not None else verdict.tool_name
+    tool, n = safe_name(name), safe_count(verdict.count)
     if detector == "generic_repeat":
         return messages.generic_critical(tool, n) if critical else messages.generic_warning(tool, n)
     if detector == "known_poll_no_progress":
