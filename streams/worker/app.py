@@ -144,6 +144,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         broker_credentials=faust_credentials(s),
     )
     app.worker_settings = s
+    if getattr(app.conf, "web_tables_enabled", True) or getattr(app.conf, "web_router_enabled", True):
+        raise RuntimeError("this Faust cannot turn off its /table and /router pages: upgrade faust-streaming")
     signer_ = signer(s)
 
     events = app.topic(

@@ -351,3 +351,77 @@ def test_sasl_password_comes_from_a_file_and_never_from_a_flag(tmp_path):
     assert not {"--sasl-password", "--signing-key", "--hash-key"} & flags
     env = worker_settings.from_sources({}, {"LOOPWARDEN_SASL_PASSWORD": "p", "LOOPWARDEN_HASH_KEY": "h"})
     assert env.sasl_password == "p" and hash_secret(env) == b"h"
+
+
+# ---------------------------------------------------------------- the worker's fleet side
+
+
+class _Record(msgspec.Struct):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+def fleet_runtime(fleet: FleetConfig):
+    """A FleetRuntime without its Faust app: only what the board filter and the session sweep use."""
+    from loopwarden.worker.fleet_agent import FleetRuntime
+    from loopwarden.worker.metrics import Metrics
+
+    rt = FleetRuntime.__new__(FleetRuntime)
+    rt.metrics = Metrics()
+    rt.fleet = lambda: fleet
+    rt.verifier = None
+    return rt
+
+
+def test_a_forged_incident_never_reaches_the_board(pair):
+    private, public, _ = pair
+    rt = fleet_runtime(FleetConfig())
+    value = b'{"type":"incident","incident_id":"inc-x","state":"open"}'
+    unsigned = _Record("inc", 0, 0, b"inc-x", value, [])
+    assert rt.accept_incident(unsigned)  # no keys: as before
+    rt.verifier = verifier_from(public.decode(), None)
+    assert not rt.accept_incident(unsigned)
+    signed = signer_from(private.decode(), None, ["inc"]).headers("inc", b"inc-x", value)
+    assert rt.accept_incident(_Record("inc", 0, 1, b"inc-x", value, signed))
+    assert rt.metrics.signature_rejected.labels("incident")._value.get() == 1
+
+
+async def test_the_session_sweep_drops_idle_sessions_only():
+    import time
+
+    from tests.unit.helpers import MemRunTable
+
+    rt = fleet_runtime(FleetConfig.from_document({"loopwarden": {"crossRun": {"enabled": True, "sessionTtl": 60}}}))
+    now = time.time()
+    fresh = crossrun.SessionRuns(runs=[crossrun.Ended(now, "r1", "f", "a")], seen=now)
+    stale = crossrun.SessionRuns(runs=[crossrun.Ended(now - 120, "r2", "f", "a")], seen=now - 120)
+    rt.sessions = MemRunTable(
+        {(0, b"fresh"): crossrun.encode_state(fresh), (0, b"stale"): crossrun.encode_state(stale), (1, b"x"): b""}
+    )
+    assert await rt.sweep_sessions({0}) == 1
+    assert set(rt.sessions.data) == {(0, b"fresh"), (1, b"x")}  # another worker's partition is not touched
+
+
+def test_a_worker_with_a_signing_key_signs_what_runners_and_workers_act_on(tmp_path, pair):
+    from loopwarden.worker.app import create_app
+    from loopwarden.worker.settings import from_sources
+
+    private, public, _ = pair
+    key = tmp_path / "worker.key"
+    key.write_bytes(private)
+    s = from_sources({"data_dir": str(tmp_path / "d"), "signing_key_file": str(key)}, environ={})
+    app, rt = create_app(s)
+    signer = app.record_producer.signer
+    assert signer.topics == {s.control_topic, s.shadow_topic, s.incidents_topic}
+    assert verifier_from(public.decode(), None).verify(
+        s.control_topic, b"r", b"v", signer.headers(s.control_topic, b"r", b"v")
+    )
+    assert signer.headers(s.dead_letter_topic, b"r", b"v") is None
+    assert app.conf.web_tables_enabled is False and app.conf.web_router_enabled is False
+    key.write_text("REPLACE-ME")  # a placeholder left in a Secret: the worker does not start
+    with pytest.raises(KeyMaterialError):
+        create_app(from_sources({"data_dir": str(tmp_path / "e"), "signing_key_file": str(key)}, environ={}))
