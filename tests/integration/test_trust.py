@@ -144,7 +144,8 @@ def test_forged_config_record_is_ignored_and_a_signed_one_applied(tansu, worker,
 
     records = collect(tansu, names.control, until=lambda rs: plain in blocked(rs), idle=1.0)
     assert plain in blocked(records) and muted not in blocked(records)
-    assert all(r.headers and r.headers[0][0] == "lw-sig" for r in records)  # the worker signs what it publishes
+    ours = [r for r in records if json.loads(r.value).get("verdict_id") != "forged:0"]  # not the forgeries above
+    assert ours and all(r.headers and r.headers[0][0] == "lw-sig" for r in ours)  # the worker signs its records
 
 
 def test_faust_table_and_router_pages_are_off(worker):
@@ -163,3 +164,52 @@ def test_a_misrouted_event_is_dead_lettered(tansu, worker):
     asyncio.run(produce(tansu, names.events, [(b"someone-else", json.dumps(event).encode())]))
     letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1, idle=0.5)
     assert [json.loads(r.value)["reason"] for r in letters] == ["misrouted"]
+
+
+def test_a_worker_upgraded_in_place_keeps_a_run_stored_under_the_old_key(tansu, workers, tmp_path):
+    """A run's state written by the previous version (table key ``[session, run]``) is found after the
+    upgrade: the record is put in the changelog as that version wrote it, restored by Faust on start,
+    and the run's next call is blocked on the history it holds."""
+    from aiokafka.partitioner import DefaultPartitioner
+
+    from loopwarden.schemas.config import FleetConfig
+    from loopwarden.schemas.events import decode_event
+    from loopwarden.worker.batch import Limits, apply_batch
+    from loopwarden.worker.runcodec import encode_value, legacy_key
+    from tests.unit.helpers import Rec
+
+    names = Names("upgrade")
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(CONFIG))
+    w = workers(names, config=config)
+    w.wait_ready()
+    w.stop()
+
+    run_id = f"up-{uuid.uuid4().hex[:8]}"
+    events = loop_events(run_id, 5)  # 5 identical outcomes: the next call is blocked (criticalThreshold 5)
+    for i, e in enumerate(events):
+        e["tool_call_id"] = f"c{i // 2}"
+    recs = [Rec(names.events, 0, i, run_id.encode(), json.dumps(e).encode()) for i, e in enumerate(events)]
+    (value,) = apply_batch(recs, lambda p, k: None, FleetConfig.from_document(CONFIG), Limits()).writes.values()
+    value.offset = -1  # applied before any event of this test's topic
+    partition = DefaultPartitioner()(run_id.encode(), list(range(4)), list(range(4)))
+    old_key = legacy_key(decode_event(json.dumps(events[0])))
+    assert old_key == json.dumps(["a-trust", run_id]).replace(" ", "").encode()  # [session key, run scope]
+
+    async def put() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=tansu)
+        await producer.start()
+        try:
+            changelog = f"{names.app_id}-runs-changelog"
+            await (await producer.send(changelog, encode_value(value), key=old_key, partition=partition))
+        finally:
+            await producer.stop()
+
+    asyncio.run(put())
+    w.start()
+    w.wait_ready()
+    call = {**events[0], "tool_call_id": "c9"}
+    produce_events(tansu, names.events, [call])
+    records = collect(tansu, names.control, until=lambda rs: len(rs) >= 1, idle=0.5)
+    (verdict,) = [v for _k, v in decode_verdicts(records)]
+    assert (verdict["action"], verdict["count"], verdict["run_id"]) == ("block", 5, run_id)
