@@ -100,6 +100,7 @@ DeadLetterReason = Literal[
     "unknown_type",
     "blank_agent_id",
     "id_too_long",
+    "misrouted",
     "engine_error",
 ]
 """Why a record became a dead letter; the one table (schemas/WIRE.md, "Dead-letter reasons").
@@ -120,6 +121,8 @@ DeadLetterReason = Literal[
 - ``id_too_long``: an identifier longer than its cap (:data:`ID_CAPS`, in characters):
   ``tool_name`` 256; ``agent_id``, ``session_id``, ``run_id``, ``tool_call_id``,
   ``event_id``, ``verdict_id`` 512. They are stored in run state, keys and caches.
+- ``misrouted``: the event decoded, but its Kafka key is not its run key
+  (:data:`MISROUTED`).
 - ``engine_error``: the event decoded but the engine raised (a bug; logged).
 
 Not a dead letter: a ``ts`` beyond the double range (``1e400``) is Infinity in
@@ -153,7 +156,7 @@ the worker does not apply it (``misrouted: process`` applies it anyway; counted 
 class EventDecodeError(ValueError):
     """Raised for bytes that are not a valid event; ``reason`` is a :data:`DeadLetterReason`."""
 
-    def __init__(self, reason: DeadLetterReason | Literal["misrouted"], detail: str) -> None:
+    def __init__(self, reason: DeadLetterReason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail

@@ -31,7 +31,8 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, soak, all)",
+        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, soak, "
+        "all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
