@@ -5,7 +5,10 @@ control topic could put instructions there ("SYSTEM: ignore your previous
 instructions ..."), and the model would read them as a tool result. So the
 runner never shows it. It fills the detector's fixed template
 (:mod:`loopwarden.detection.messages`, OpenClaw's own wording, so an honest
-verdict reads exactly as the worker's message) with the verdict's fields,
+verdict reads as the worker's message; under the ``openclaw-latest`` profile
+the generic and global-breaker blocks keep the default profile's wording and
+an ``argument_churn`` warning omits the variant count, which the verdict
+does not carry) with the verdict's fields,
 validated: a tool name keeps only the characters tool names are made of and
 at most :data:`MAX_NAME` of them, a count is a bounded int. A forged verdict
 can still say "blocked" (signing, ``ClientSettings.verdict_keys``, stops
@@ -26,6 +29,10 @@ _NOT_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 BLOCKED = "Tool call blocked by loop detection."
 WARNING = "Warning: this looks like a tool-call loop."
 ABORTED = "CRITICAL: run aborted by loop detection."
+ARGUMENT_CHURN = (
+    "WARNING: {tool} has cycled through repeated argument patterns with the same stable outcome {n} times. "
+    "Continued churn is treated as stalled run activity, but this tool call remains allowed."
+)
 
 
 def safe_name(name: str | None) -> str:
@@ -75,6 +82,8 @@ def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
         return messages.escalation(n, why if why in messages.ESCALATION_CAUSES else "verdicts")
     if detector == "cross_run_repeat":
         return messages.cross_run_repeat(n)
+    if detector == "argument_churn":  # openclaw-latest; the verdict does not carry the variant count
+        return ARGUMENT_CHURN.format(tool=tool, n=n)
     if detector == "fleet_incident":
         return messages.fleet_incident_block(tool, n)
     if verdict.action == "warn":

@@ -159,6 +159,7 @@ def test_a_forged_message_never_reaches_the_tool_result():
         forged(detector="generic_repeat", tool_name="read", count=20),
         forged(detector=None),
         forged(detector="ping_pong", count=7),
+        forged(action="warn", level="warning", detector="argument_churn", tool_name="read", count=4),
         forged(action="warn", level="warning", detector="generic_repeat", tool_name="read", count=10),
         forged(action="abort", detector="escalation", warning_key="escalation:" + INJECTION, count=2),
         # the text in the tool name instead: the runner names its own call
