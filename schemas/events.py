@@ -100,6 +100,7 @@ DeadLetterReason = Literal[
     "unknown_type",
     "blank_agent_id",
     "id_too_long",
+    "misrouted",
     "engine_error",
 ]
 """Why a record became a dead letter; the one table (schemas/WIRE.md, "Dead-letter reasons").
@@ -120,6 +121,8 @@ DeadLetterReason = Literal[
 - ``id_too_long``: an identifier longer than its cap (:data:`ID_CAPS`, in characters):
   ``tool_name`` 256; ``agent_id``, ``session_id``, ``run_id``, ``tool_call_id``,
   ``event_id``, ``verdict_id`` 512. They are stored in run state, keys and caches.
+- ``misrouted``: the event decoded, but its Kafka key is not its run key
+  (:data:`MISROUTED`).
 - ``engine_error``: the event decoded but the engine raised (a bug; logged).
 
 Not a dead letter: a ``ts`` beyond the double range (``1e400``) is Infinity in
@@ -143,6 +146,11 @@ ID_CAPS: dict[str, int] = {
     "tool_name": MAX_TOOL_NAME_CHARS,
 }
 _ID_FIELDS = {cls: tuple(f for f in ID_CAPS if f in cls.__struct_fields__) for cls in EVENT_TYPES}
+
+MISROUTED = "misrouted"
+"""The dead-letter reason of an event that decoded but whose Kafka key is not its run key
+(:func:`run_key`): its run's other events may sit on another partition, in another order, so
+the worker does not apply it (``misrouted: process`` applies it anyway; counted either way)."""
 
 
 class EventDecodeError(ValueError):
@@ -297,7 +305,18 @@ def run_key(event: Event) -> str:
     return key_for(event.agent_id, event.session_id, event.run_id)
 
 
-def state_key(event: Event) -> tuple[str, str]:
-    """Where a run's state lives: (session key, run scope) (§11.1)."""
+def state_key(event: Event) -> tuple[str, str, str]:
+    """Where a run's state lives: (agent id, session key, run scope) (§11.1).
+
+    The agent is part of it, as OpenClaw keeps one state per agent: two agents that share a
+    session id and send no run id do not share a history.
+    """
     run_id = event.run_id  # session_key() and run_scope(), inlined: this runs for every event
+    return event.agent_id, event.session_id or event.agent_id, js_trim(run_id) if run_id else ""
+
+
+def legacy_state_key(event: Event) -> tuple[str, str]:
+    """The state key before the agent id was part of it: (session key, run scope). A worker upgraded
+    in place still finds its in-flight runs' states under it (``loopwarden.worker.runcodec``)."""
+    run_id = event.run_id
     return event.session_id or event.agent_id, js_trim(run_id) if run_id else ""

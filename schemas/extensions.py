@@ -45,6 +45,7 @@ class Incidents(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbi
     window: float = 600.0  # seconds
     block: bool = False  # fleet response: block matching calls while an incident is open
     block_after: int = 3  # matching outcomes in a run before the block
+    samples: bool = False  # publish 256 characters of the outcome text in incidents (raw tool output: may hold secrets)
 
 
 class CrossRun(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -52,6 +53,7 @@ class CrossRun(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
 
     enabled: bool = False
     runs: int = 3
+    session_ttl: float = 604_800.0  # seconds a session with no finished run is kept (its fingerprints forgotten)
 
 
 class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):

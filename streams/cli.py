@@ -15,6 +15,7 @@ import sys
 COMMANDS = (
     ("replay", "loopwarden.replay"),
     ("config", "loopwarden.config_command"),
+    ("keys", "loopwarden.keys_command"),
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),

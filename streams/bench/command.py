@@ -22,6 +22,7 @@ TARGETS = {
     "spans": ("loopwarden.bench.spans", "loopwarden spans: OTLP records translated into events, against parsing alone"),
     "config": ("loopwarden.bench.config", "per-agent config records applied per second at fleet scale (100k)"),
     "screening": ("loopwarden.bench.screening", "µs per KB of hostile records through the worker's screen"),
+    "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
@@ -30,7 +31,8 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, soak, all)",
+        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, soak, "
+        "all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import UNSET
 
+from loopwarden.detection import messages
 from loopwarden.detection.hashing import is_loop_veto
 from loopwarden.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, RunState
 from loopwarden.schemas.events import ToolCall, ToolResult
@@ -100,8 +101,7 @@ def _escalate(enf: Enforcement, tool: str, why: str, count: int) -> Detection:
         tool_name=tool,
         emitted=True,
         action="abort",
-        message=f"CRITICAL: run aborted by escalation after {count} {why.replace('_', ' ')}; "
-        "it does not obey loop-detection verdicts.",
+        message=messages.escalation(count, why),
     )
 
 

@@ -98,3 +98,30 @@ def write_churn(tool: str, variants: int) -> str:
         "intervening verification. Continued rewriting is treated as stalled run activity, but this tool call "
         "remains allowed. Read or verify the current result before rewriting it again."
     )
+
+
+# loopwarden's extensions (not OpenClaw's): one wording for the worker's message and the runner's text.
+
+ESCALATION_CAUSES = ("blocks", "verdict_violations")
+
+
+def escalation(count: int, why: str) -> str:
+    return (
+        f"CRITICAL: run aborted by escalation after {count} {why.replace('_', ' ')}; "
+        "it does not obey loop-detection verdicts."
+    )
+
+
+def cross_run_repeat(runs: int) -> str:
+    return (
+        f"WARNING: this session's last {runs} runs repeated the same tool calls with the same results; "
+        "a scheduled task may be redoing work that has no effect."
+    )
+
+
+def fleet_incident_block(tool: str, n: int) -> str:
+    """The runner's text for a ``fleet_incident`` block (the worker's message also names the incident)."""
+    return (
+        f"CRITICAL: a fleet incident is open: many runs get the same outcome from {tool}; "
+        f"this run has had it {n} times. Call blocked; try another approach."
+    )

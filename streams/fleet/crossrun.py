@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
+from loopwarden.detection import messages
 from loopwarden.schemas.extensions import CrossRun
 from loopwarden.schemas.fleet import FinishedRun
 from loopwarden.schemas.verdicts import Verdict
@@ -35,6 +36,15 @@ class SessionRuns(msgspec.Struct, array_like=True):
 
     runs: list[Ended] = msgspec.field(default_factory=list)
     warned: list[str] = msgspec.field(default_factory=list)  # run keys
+    seen: float = 0.0  # wall time of the last finished run received (0: a value from before this field)
+
+
+def idle(st: SessionRuns, now: float, ttl: float) -> bool:
+    """Whether a session has had no finished run for ``ttl`` seconds (its state can be dropped).
+
+    Values written before ``seen`` existed fall back to their newest run's end time."""
+    last = st.seen or max((r.ts for r in st.runs), default=0.0)
+    return now - last >= ttl
 
 
 def observe(
@@ -81,8 +91,7 @@ def observe(
                 detector="cross_run_repeat",
                 count=need,
                 warning_key=f"cross_run_repeat:{fp}",
-                message=f"WARNING: this session's last {need} runs repeated the same tool calls with the same results; "
-                "a scheduled task may be redoing work that has no effect.",
+                message=messages.cross_run_repeat(need),
                 event_ts=newest.ts,
                 ts=newest.ts,
                 shadow=shadow,

@@ -80,8 +80,11 @@ def outcome_sample(event: Event) -> str:
     return bytes(raw)[: 4 * MAX_SAMPLE_CHARS].decode("utf-8", "replace")[:MAX_SAMPLE_CHARS]
 
 
-def join_signals(state: RunState, event: Event, min_streak: int, ts: float) -> list[JoinSignal]:
-    """The signatures this run joins at this event (each once per run); records them in ``state``."""
+def join_signals(state: RunState, event: Event, min_streak: int, ts: float, samples: bool = False) -> list[JoinSignal]:
+    """The signatures this run joins at this event (each once per run); records them in ``state``.
+
+    ``samples`` (``incidents.samples``): carry the outcome text, which is raw tool output and
+    may hold what the tool read (tokens, personal data); off, the signal has none."""
     history = state.history
     if len(history) < min_streak:
         return []
@@ -91,7 +94,8 @@ def join_signals(state: RunState, event: Event, min_streak: int, ts: float) -> l
         if signature in joined:
             continue
         tool, outcome_hash, unknown = parse_signature(signature)
-        sample = outcome_sample(event) if normalize_tool_name(getattr(event, "tool_name", None)) == tool else ""
+        same_tool = normalize_tool_name(getattr(event, "tool_name", None)) == tool
+        sample = outcome_sample(event) if samples and same_tool else ""
         out.append(
             JoinSignal(
                 signature=signature,
@@ -150,5 +154,6 @@ def run_signals(
             )
         ]
     if isinstance(event, ToolResult) and ext.incidents.enabled and result.state is not None:
-        return list(join_signals(result.state, event, max(1, ext.incidents.min_streak), ts))
+        cfg = ext.incidents
+        return list(join_signals(result.state, event, max(1, cfg.min_streak), ts, cfg.samples))
     return []

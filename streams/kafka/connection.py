@@ -2,9 +2,9 @@
 
 One place for the worker, admin, config feed, end-offset probe and runners.
 
-Settings objects carry the same seven fields (``security_protocol``,
+Settings objects carry the same eight fields (``security_protocol``,
 ``ssl_cafile``, ``ssl_certfile``, ``ssl_keyfile``, ``sasl_mechanism``,
-``sasl_username``, ``sasl_password``); this module turns them into aiokafka
+``sasl_username``, ``sasl_password``, ``sasl_password_file``); this module turns them into aiokafka
 keyword arguments, or into Faust credentials for the worker's app, so all
 clients of one process authenticate the same way.
 """
@@ -29,6 +29,21 @@ class SecuritySettings(msgspec.Struct, kw_only=True):
     sasl_mechanism: str = "PLAIN"
     sasl_username: str | None = None
     sasl_password: str | None = None
+    sasl_password_file: str | None = None  # a mounted Secret: keeps the password off the command line
+
+
+def password(s: Any) -> str | None:
+    """The SASL password: ``sasl_password`` when set, else the file's content without its final newline.
+
+    Read at each connection setup, so a rotated Secret is picked up by the next client made.
+    """
+    if s.sasl_password is not None:
+        return s.sasl_password
+    path = getattr(s, "sasl_password_file", None)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return f.read().rstrip("\r\n")
 
 
 def servers(bootstrap: str | list[str]) -> list[str]:
@@ -48,8 +63,8 @@ def _protocol(s: Any) -> str:
     if proto.startswith("SASL"):
         if (s.sasl_mechanism or "").upper() not in MECHANISMS:
             raise SecurityError(f"sasl_mechanism must be one of {', '.join(MECHANISMS)}")
-        if not s.sasl_username or s.sasl_password is None:
-            raise SecurityError(f"{proto} needs sasl_username and sasl_password")
+        if not s.sasl_username or (s.sasl_password is None and not getattr(s, "sasl_password_file", None)):
+            raise SecurityError(f"{proto} needs sasl_username and sasl_password (or sasl_password_file)")
     if bool(s.ssl_certfile) != bool(s.ssl_keyfile):
         raise SecurityError("ssl_certfile and ssl_keyfile go together (mutual TLS)")
     return proto
@@ -76,7 +91,7 @@ def kafka_auth(s: Any) -> dict[str, Any]:
         kwargs.update(
             sasl_mechanism=s.sasl_mechanism.upper(),
             sasl_plain_username=s.sasl_username,
-            sasl_plain_password=s.sasl_password,
+            sasl_plain_password=password(s),
         )
     return kwargs
 
@@ -92,7 +107,7 @@ def faust_credentials(s: Any):
         return faust.SSLCredentials(ssl_context(s))
     return faust.SASLCredentials(
         username=s.sasl_username,
-        password=s.sasl_password,
+        password=password(s),
         ssl_context=ssl_context(s) if proto == "SASL_SSL" else None,
         mechanism=s.sasl_mechanism.upper(),
     )

@@ -8,6 +8,8 @@ letters and fleet signals therefore go through this producer, on a
 connection of their own; the changelog stays on Faust's (which Faust
 flushes before it commits offsets). The batch path awaits every delivery
 of this producer before a batch is acked, so nothing here is acked early.
+With a :class:`~loopwarden.kafka.signing.Signer`, records of its topics
+leave signed (header ``lw-sig``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from loopwarden.kafka.connection import kafka_auth, servers
+from loopwarden.kafka.signing import Signer
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +32,10 @@ PARTITION_MEMO = 65536  # keys whose partition is remembered; emptied wholesale 
 class RecordProducer:
     """Started on first use (a broker that is down at start is the committer's retry, not a crash)."""
 
-    def __init__(self, settings: Any, client_id: str = "loopwarden-records") -> None:
+    def __init__(self, settings: Any, client_id: str = "loopwarden-records", signer: Signer | None = None) -> None:
         self.settings = settings
         self.client_id = client_id
+        self.signer = signer
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
         self._partitioner = DefaultPartitioner()
@@ -54,7 +58,8 @@ class RecordProducer:
         producer = self._producer or await self._start()
         if partition is None and key is not None:
             partition = self.partition(producer, topic, key)
-        return await producer.send(topic, value, key=key, partition=partition)
+        headers = self.signer.headers(topic, key, value) if self.signer is not None else None
+        return await producer.send(topic, value, key=key, partition=partition, headers=headers)
 
     def partition(self, producer: AIOKafkaProducer, topic: str, key: bytes) -> int | None:
         """The default partitioner's choice for a keyed record, remembered per key.

@@ -108,7 +108,9 @@ class LoopClient:
             client_id=f"{s.client_id}-events",
             **kafka_auth(s),
         )
-        self._listener = VerdictListener(s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign)
+        self._listener = VerdictListener(
+            s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign, self._on_rejected
+        )
         try:
             await self._producer.start()
             await self._listener.start()
@@ -381,6 +383,9 @@ class LoopClient:
 
     def _on_foreign(self) -> None:
         self.stats.foreign_dropped += 1
+
+    def _on_rejected(self) -> None:
+        self.stats.signature_rejected += 1
 
     def _on_verdict(self, record_key: bytes | None, verdict: Verdict) -> None:
         stats = self.stats

@@ -11,6 +11,11 @@ partitions, seek to the end, drop what belongs to unregistered runs.
 Cost: every runner reads every verdict (small JSON records); a very large
 fleet can shard control topics per runner pool.
 
+With verdict keys configured (``ClientSettings.verdict_keys``), a record of
+one of this runner's runs whose signature (header ``lw-sig``) is missing or
+does not verify is dropped before decoding and counted (``on_rejected``):
+whoever can write the control topic cannot block, abort or warn a run.
+
 Starting "at the end" on Tansu may start a few records early (its
 ``ListOffsets(LATEST)`` points at the start of the last batch, streams/ARCHITECTURE.md, "Tansu"); those
 are old verdicts of runs nobody here registered, so they are dropped.
@@ -30,6 +35,7 @@ from aiokafka.errors import KafkaError
 
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from loopwarden.kafka.connection import kafka_auth
+from loopwarden.kafka.signing import verifier_from
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 
@@ -47,6 +53,7 @@ class VerdictListener:
         on_undecodable: Callable[[], None],
         wants: Callable[[bytes], bool] | None = None,
         on_foreign: Callable[[], None] | None = None,
+        on_rejected: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.handler = handler
@@ -55,6 +62,8 @@ class VerdictListener:
         # does not watch is dropped on its key, before decoding (``on_foreign`` counts it).
         self.wants = wants
         self.on_foreign = on_foreign
+        self.on_rejected = on_rejected
+        self.verifier = verifier_from(settings.verdict_keys, settings.verdict_keys_file)  # read once, at start
         self.ready = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
@@ -119,6 +128,7 @@ class VerdictListener:
                 log.warning("cannot position on %s yet: %r", self.settings.control_topic, exc)
                 await asyncio.sleep(0.5)
         decode, handler, wants, on_foreign = self._decoder.decode, self.handler, self.wants, self.on_foreign
+        verify = self.verifier.verify if self.verifier is not None else None
         backoff = 0.05
         while True:
             try:
@@ -134,6 +144,10 @@ class VerdictListener:
                     if wants is not None and record.key is not None and not wants(record.key):
                         if on_foreign is not None:
                             on_foreign()
+                        continue
+                    if verify is not None and not verify(record.topic, record.key, record.value, record.headers):
+                        if self.on_rejected is not None:
+                            self.on_rejected()
                         continue
                     try:
                         verdict = decode(record.value)

@@ -13,6 +13,10 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
 - ``require_broker=False``: a broker that cannot be reached at start does not
   stop the agent; the client stays closed and every check fails open, counted
   (``True`` makes ``start()`` raise instead).
+- ``verdict_keys`` / ``verdict_keys_file``: the workers' Ed25519 public keys
+  (base64, comma-separated; or a file of PEM blocks or base64 lines). When
+  set, a verdict not signed by one of them is dropped and counted
+  (``ClientStats.signature_rejected``); unset, every verdict is read as before.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class ClientSettings(SecuritySettings, kw_only=True):
     require_broker: bool = False
     dedup_size: int = 65536
     client_id: str = "loopwarden-runner"
+    verdict_keys: str | None = None
+    verdict_keys_file: str | None = None
 
     @property
     def servers(self) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Literal
 import msgspec
 
 from loopwarden.runner.results import blocked_tool_result
+from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
 
@@ -37,7 +38,13 @@ class Decision(msgspec.Struct, kw_only=True):
 
     @property
     def message(self) -> str | None:
-        return self.verdict.message if self.verdict is not None else None
+        """The text for the model, from the verdict's fields (never the record's own ``message``); the
+        tool is named as this runner called it when the verdict answers this very call."""
+        verdict = self.verdict
+        if verdict is None:
+            return None
+        own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
+        return verdict_text(verdict, self.call.tool_name if own else None)
 
     @property
     def proceed(self) -> bool:
@@ -70,6 +77,7 @@ class ClientStats(msgspec.Struct, kw_only=True):
     duplicates_dropped: int = 0
     foreign_dropped: int = 0
     undecodable: int = 0
+    signature_rejected: int = 0  # control records of this runner's runs dropped: unsigned or forged (verdict_keys)
     callback_errors: int = 0
     encode_fallbacks: int = 0  # payload values sent as their repr (not JSON-encodable)
     acks_sent: int = 0

@@ -27,6 +27,7 @@ from loopwarden.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
+from loopwarden.worker.trust import config_verifier, incident_verifier, signer
 
 TABLE_NAME = "runs"
 log = logging.getLogger("loopwarden.worker")
@@ -122,6 +123,10 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         autodiscover=False,
         processing_guarantee=s.processing_guarantee,
         web_enabled=True,
+        # Faust's /table pages serve any run's state by key, /router names the worker owning a key:
+        # neither is needed, both expose. /metrics, /healthz and /readyz are ours, below.
+        web_tables_enabled=False,
+        web_router_enabled=False,
         web_bind=s.host,
         web_host=s.host,
         web_port=s.port,
@@ -139,6 +144,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         broker_credentials=faust_credentials(s),
     )
     app.worker_settings = s
+    if getattr(app.conf, "web_tables_enabled", True) or getattr(app.conf, "web_router_enabled", True):
+        raise RuntimeError("this Faust cannot turn off its /table and /router pages: upgrade faust-streaming")
+    signer_ = signer(s)
 
     events = app.topic(
         s.events_topic,
@@ -163,13 +171,16 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         on_update=metrics.config_updates.inc,
         client_kwargs=kafka_auth(s),
         on_ignored=metrics.config_ignored.inc,
+        verifier=config_verifier(s),
+        on_rejected=metrics.signature_rejected.labels("config").inc,
     )
 
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:
-        return await app.producer.send(topic, key, value, partition, None, None)
+        headers = signer_.headers(topic, key, value) if signer_ is not None else None  # incidents, cross-run
+        return await app.producer.send(topic, key, value, partition, None, headers)
 
     runtable = RunTable(table, s.events_topic, send)  # the changelog: Faust's producer
-    app.record_producer = RecordProducer(s)
+    app.record_producer = RecordProducer(s, signer=signer_)
     processor = RunProcessor(s, metrics, runtable, app.record_producer.send, lambda: feed.fleet)
     health = Health(
         s.stall_timeout,
@@ -183,6 +194,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         send,
         lambda: {tp.partition for tp in app.consumer.assignment() if tp.topic == s.fleet_topics[0]},
     )
+    fleet_rt.verifier = incident_verifier(s, signer_)
     processor.hooks = fleet_rt.hooks
     app.committer = processor.committer
     rt = Runtime(s, metrics, feed, runtable, processor, health)

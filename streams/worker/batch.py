@@ -22,9 +22,10 @@ import msgspec
 
 from loopwarden.detection import enforcement, step
 from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
+from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
-from loopwarden.worker.runcodec import RunValue, state_key
+from loopwarden.worker.exposure import keyed_hashes
+from loopwarden.worker.runcodec import RunValue, adopt_legacy, state_key
 from loopwarden.worker.screening import dead_letter_value, screen
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = 1_048_576
     max_depth: int = 64
     ack_timeout: float = 5.0  # seconds a verdict may await its verdict_ack
+    misrouted_dead_letter: bool = True  # an event keyed other than by its run key: dead letter (else applied)
+    hash_key: bytes | None = None  # HMAC secret of the hashes in published warning keys (None: as computed)
 
 
 class Outgoing(msgspec.Struct, frozen=True):
@@ -104,8 +107,8 @@ def default_step(state: Any, event: Any, fleet: FleetConfig) -> Any:
     return step(state, event, fleet.resolve(event.agent_id), ext=fleet.extensions_of(event))
 
 
-def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verdict:
-    """The published form of an emitted detection."""
+def verdict_for(det: Detection, event: Any, verdict_id: str, now: float, hash_key: bytes | None = None) -> Verdict:
+    """The published form of an emitted detection (warning-key hashes keyed with ``hash_key`` when set)."""
     return Verdict(
         verdict_id=verdict_id,
         action=det.action,
@@ -116,7 +119,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float) -> Verd
         detector=det.detector,
         count=det.count,
         message=det.message,
-        warning_key=det.warning_key,
+        warning_key=det.warning_key if hash_key is None else keyed_hashes(hash_key, det.warning_key),
         tool_name=det.tool_name,
         paired_tool_name=det.paired_tool_name,
         tool_call_id=getattr(event, "tool_call_id", None),
@@ -201,7 +204,11 @@ def _enforce(
         counts.verdicts[(det.action, det.detector, "enforce")] += 1
         outgoing.append(
             Outgoing(
-                limits.control_topic, rkey, encode_verdict(verdict_for(det, event, verdict_id, now)), source, event.ts
+                limits.control_topic,
+                rkey,
+                encode_verdict(verdict_for(det, event, verdict_id, now, limits.hash_key)),
+                source,
+                event.ts,
             )
         )
     return len(extra)
@@ -295,11 +302,23 @@ def apply_batch(
         rkey = known[0]
         if key is not None and key != rkey:
             counts.misrouted += 1
+            if limits.misrouted_dead_letter:  # its run's other events may be on another partition
+                err = EventDecodeError(MISROUTED, f"record key {key[:200]!r} is not the run key {rkey[:200]!r}")
+                counts.dead[MISROUTED] += 1
+                source = f"{topic}:{partition}:{offset}"
+                outgoing.append(
+                    Outgoing(
+                        limits.dead_letter_topic, key, dead_letter_value(err, topic, partition, offset, raw), source
+                    )
+                )
+                continue
         slot = (partition, known[1])
         if slot in values:
             value = values[slot]
         else:
             value = values[slot] = read(*slot)
+            if value is None:  # a run stored by a worker from before the agent id was in the key
+                value = values[slot] = adopt_legacy(read, partition, event, slot, writes)
         if value is not None and offset <= value.offset:
             counts.duplicates += 1  # applied before a crash or rebalance: its verdicts were delivered then
             continue
@@ -357,7 +376,7 @@ def apply_batch(
             counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
             if not det.emitted:
                 continue
-            verdict = verdict_for(det, event, f"{source}:{index}", now)
+            verdict = verdict_for(det, event, f"{source}:{index}", now, limits.hash_key)
             index += 1
             counts.verdicts[(det.action, det.detector, mode)] += 1
             if det.shadow:  # the run goes on as without loopwarden: nothing on the control topic

@@ -16,6 +16,8 @@ ignored, logged and counted.
 ``loaded`` is set once the topic has been read up to the high watermarks
 of the first fetch (Fetch high watermarks are right on Tansu, end offsets
 are not), so processing starts with the overrides already in force.
+With a :class:`~loopwarden.kafka.signing.Verifier` (``config_keys``), a
+record that is not signed by an operator's key is ignored and counted.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from loopwarden.kafka.signing import Headers, Verifier
 from loopwarden.kafka.topics import assign_from_start
 from loopwarden.schemas.config import MAX_AGENT_OVERRIDES, ConfigError, FleetConfig, parse_config_text
 from loopwarden.schemas.config_check import record_warnings
@@ -63,10 +66,15 @@ class ConfigFeed:
         on_update: Callable[[], Any] | None = None,
         client_kwargs: dict | None = None,
         on_ignored: Callable[[], Any] | None = None,
+        verifier: Verifier | None = None,
+        on_rejected: Callable[[], Any] | None = None,
     ) -> None:
         self.fleet = base.copy()  # updated in place, record by record; the caller's object stays as it was
         self.on_ignored = on_ignored
         self.ignored = 0
+        self.verifier = verifier
+        self.on_rejected = on_rejected
+        self.rejected = 0
         self.client_kwargs = client_kwargs or {}  # TLS/SASL (loopwarden.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
@@ -74,7 +82,18 @@ class ConfigFeed:
         self.loaded = asyncio.Event()
         self.applied = 0
 
-    def apply(self, key: bytes | None, value: bytes | None) -> bool:
+    def apply(self, key: bytes | None, value: bytes | None, headers: Headers = None) -> bool:
+        if self.verifier is not None and not self.verifier.verify(self.topic, key, value, headers):
+            self.rejected += 1
+            if self.on_rejected is not None:
+                self.on_rejected()
+            if self.rejected == 1 or self.rejected % 1000 == 0:  # a flood of forgeries must not flood the log
+                log.warning(
+                    "config record for %r ignored: not signed by a config key (%d so far)",
+                    (key or b"")[:200],
+                    self.rejected,
+                )
+            return False
         if key is None:
             log.warning("config record without key ignored")
             return False
@@ -121,7 +140,7 @@ class ConfigFeed:
                 applied = 0
                 for records in batches.values():
                     for record in records:
-                        self.apply(record.key, record.value)
+                        self.apply(record.key, record.value, record.headers)
                         applied += 1
                         if applied % YIELD_EVERY == 0:
                             await asyncio.sleep(0)  # a fetch of 1,000 records must not hold up the loop

@@ -41,6 +41,7 @@ from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
 from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.kafka.signing import Verifier
 from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
 from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for
 from loopwarden.schemas.fleet import (
@@ -83,6 +84,7 @@ class FleetRuntime:
         self.fleet = fleet
         self.send = send
         self.board = IncidentBoard()
+        self.verifier: Verifier | None = None  # incident keys: unsigned or forged incidents are ignored
         self.board_loaded = asyncio.Event()
         sig_name, ses_name = fleet_topics(s)
         self.signatures_topic = app.topic(
@@ -130,6 +132,7 @@ class FleetRuntime:
         self.watermark = -math.inf  # newest signal ts seen by this worker
         self._arrived = time.time()  # wall time of the newest signal
         self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns
+        self.sessions_lock = asyncio.Lock()  # likewise for the sessions agent and the session expiry
 
     # -- run side (called by the batch path, per applied event) -----------------------------------
 
@@ -200,6 +203,7 @@ class FleetRuntime:
         ext = self.fleet().extensions_of(run)  # a run seen through its spans: shadowed
         shadow = ext.shadowed("cross_run_repeat")  # recorded on the shadow topic; the runner hears nothing
         st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run, shadow)
+        st.seen = time.time()
         topic = self.settings.shadow_topic if shadow else self.settings.control_topic
         deliveries = []
         for verdict in verdicts:
@@ -243,6 +247,31 @@ class FleetRuntime:
         for label, n in runs.items():
             m.incident_runs.labels(label).set(n)
 
+    async def sweep_sessions(self, owned: set[int]) -> int:
+        """Drop the sessions with no finished run for ``crossRun.sessionTtl``: the sessions table
+        would otherwise keep every session the fleet ever had. The number dropped."""
+        now = time.time()
+        fleet = self.fleet()
+        writes = []
+        for i, (partition, key, raw) in enumerate(list(self.sessions.owned_items(owned)), 1):
+            st = crossrun.decode_state(raw)
+            agent = st.runs[-1].agent_id if st.runs else GLOBAL_KEY
+            if crossrun.idle(st, now, fleet.extensions(agent).cross_run.session_ttl):
+                writes.append((partition, key, None))
+            if i % 1000 == 0:
+                await asyncio.sleep(0)
+        await self.sessions.write(writes)
+        return len(writes)
+
+    def accept_incident(self, record: Any) -> bool:
+        """Whether an incident record may reach the board (signed by a worker's key, when keys are set)."""
+        verifier = self.verifier
+        if verifier is None or verifier.verify(record.topic, record.key, record.value, record.headers):
+            return True
+        self.metrics.signature_rejected.labels("incident").inc()
+        log.warning("incident record at %s:%s ignored: not signed by an incident key", record.partition, record.offset)
+        return False
+
     async def board_feed(self) -> None:
         """Every incident record, from the start of the topic, onto this worker's board."""
         from aiokafka import AIOKafkaConsumer
@@ -264,6 +293,8 @@ class FleetRuntime:
             while True:
                 for records in (await consumer.getmany(timeout_ms=200, max_records=1000)).values():
                     for record in records:
+                        if not self.accept_incident(record):
+                            continue
                         try:
                             self.board.apply(decode_incident(record.value))
                         except Exception:  # not ours: ignore, never stop the feed
@@ -300,7 +331,8 @@ def install(
     async def sessions(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
-            await rt.on_session(msg.partition, msg.key, msg.value)
+            async with rt.sessions_lock:
+                await rt.on_session(msg.partition, msg.key, msg.value)
 
     @app.timer(1.0)
     async def fleet_sweep() -> None:
@@ -308,6 +340,14 @@ def install(
             return
         async with rt.lock:
             await rt.sweep(owned())
+
+    @app.timer(settings.expire_interval)
+    async def fleet_session_expiry() -> None:
+        if app.rebalancing:
+            return
+        sessions = settings.fleet_topics[1]
+        async with rt.sessions_lock:
+            await rt.sweep_sessions({tp.partition for tp in app.consumer.assignment() if tp.topic == sessions})
 
     @app.task
     async def incident_board() -> None:

@@ -50,7 +50,15 @@ class Metrics:
             "loopwarden_dead_letters", "Messages sent to the dead-letter topic", ["reason"], registry=r
         )
         self.misrouted = Counter(
-            "loopwarden_misrouted_events", "Events whose message key is not their run key (still processed)", registry=r
+            "loopwarden_misrouted_events",
+            "Events whose message key is not their run key (dead-lettered unless misrouted=process)",
+            registry=r,
+        )
+        self.signature_rejected = Counter(
+            "loopwarden_signature_rejected",
+            "Records ignored because their signature is missing or does not verify, by topic kind",
+            ["kind"],
+            registry=r,
         )
         self.duplicates = Counter(
             "loopwarden_duplicate_events",

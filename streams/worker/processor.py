@@ -27,6 +27,7 @@ from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.screening import without_raw
 from loopwarden.worker.settings import Settings
+from loopwarden.worker.trust import hash_secret
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class RunProcessor:
             max_event_bytes=settings.max_event_bytes,
             max_depth=settings.max_depth,
             ack_timeout=settings.ack_timeout,
+            misrouted_dead_letter=settings.misrouted == "dead_letter",
+            hash_key=hash_secret(settings),
         )
         dead_topic = settings.dead_letter_topic
         self.committer = Committer(

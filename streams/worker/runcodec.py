@@ -1,7 +1,10 @@
 """Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
 
-Key: the JSON array ``[session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
-run id trimmed the JavaScript way; ``""`` for calls outside a run). Value: :class:`RunValue` in the run state's
+Key: the JSON array ``[agent id, session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
+run id trimmed the JavaScript way; ``""`` for calls outside a run). Keys written before the agent id
+was part of them, ``[session key, run scope]`` (:func:`legacy_key`), are read when a run has no value
+under its new key: the batch path moves such a value to the new key (and deletes the old one) at the
+run's next event, so a worker upgraded in place keeps its in-flight runs. Value: :class:`RunValue` in the run state's
 versioned stored format (``streams/detection/STATE.md``: a version byte, then msgpack): the engine's
 :class:`RunState` plus what the worker needs around it: the last applied
 offset of the source partition (replayed events at or below it are skipped,
@@ -12,11 +15,13 @@ runs expire). ``state is None`` marks an ended run; the marker stays for
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from loopwarden.detection import RunState
 from loopwarden.detection.state import pack, unpack
-from loopwarden.schemas.events import Event
+from loopwarden.schemas.events import Event, legacy_state_key
 from loopwarden.schemas.events import state_key as event_state_key
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
 
@@ -27,22 +32,28 @@ class RunValue(msgspec.Struct, array_like=True):
     state: RunState | None = None
 
 
-_key_decoder = msgspec.json.Decoder(tuple[str, str])
+_key_decoder = msgspec.json.Decoder(tuple[str, ...])
 _value_encoder = msgspec.msgpack.Encoder()
 _value_decoder = msgspec.msgpack.Decoder(RunValue)
 
 
 def state_key(event: Event) -> bytes:
-    """The table key: the same (session key, run scope) replay uses, as JSON bytes (lone surrogates escaped)."""
+    """The table key: the same (agent, session key, run scope) replay uses, as JSON bytes (lone surrogates
+    escaped)."""
     return json_bytes(event_state_key(event))
 
 
-def decode_key(raw: bytes) -> tuple[str, str]:
+def legacy_key(event: Event) -> bytes:
+    """The table key of this run written by a worker from before the agent id was part of it."""
+    return json_bytes(legacy_state_key(event))
+
+
+def decode_key(raw: bytes) -> tuple[str, ...]:
+    """A table key's parts: (agent, session key, run scope), or (session key, run scope) for a legacy key."""
     try:
         return _key_decoder.decode(raw)
     except msgspec.DecodeError:  # a lone surrogate escape (json_bytes)
-        session, scope = js_loads_slow(raw)
-        return session, scope
+        return tuple(js_loads_slow(raw))
 
 
 def encode_value(value: RunValue) -> bytes:
@@ -52,3 +63,21 @@ def encode_value(value: RunValue) -> bytes:
 def decode_value(raw: bytes) -> RunValue:
     """Any version this worker reads; a newer one raises ``UnknownFormatVersion`` (a ``msgspec.DecodeError``)."""
     return unpack(raw, _value_decoder, RunValue)
+
+
+def adopt_legacy(
+    read: Callable[[int, bytes], RunValue | None],
+    partition: int,
+    event: Event,
+    slot: tuple[int, bytes],
+    writes: dict[tuple[int, bytes], RunValue | None],
+) -> RunValue | None:
+    """The run's value under its :func:`legacy_key`, moved to its new key in ``writes`` (the old key
+    deleted there), or None. Moved at once, so a replayed event skipped on the value's offset does not
+    leave the run without its state."""
+    old = (partition, legacy_key(event))
+    value = read(*old)
+    if value is not None:
+        writes[slot] = value
+        writes[old] = None
+    return value

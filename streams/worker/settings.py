@@ -17,6 +17,8 @@ from loopwarden.kafka.connection import SecuritySettings, servers
 
 ENV_PREFIX = "LOOPWARDEN_"
 
+MISROUTED = ("dead_letter", "process")  # what the worker does with an event keyed other than by its run key
+
 DEFAULT_TOOL_LABELS = (
     "exec,bash,process,read,write,edit,apply_patch,browser,web_fetch,web_search,"
     "message,sessions_send,sessions_spawn,image,canvas,nodes,cron,gateway,memory_search"
@@ -65,6 +67,19 @@ class Settings(SecuritySettings, kw_only=True):
     stall_exit_after: float = 60.0
     correct_end_offsets: bool = True
     fast_path: bool = True
+    signing_key: str | None = None
+    signing_key_file: str | None = None
+    config_keys: str | None = None
+    config_keys_file: str | None = None
+    incident_keys: str | None = None
+    incident_keys_file: str | None = None
+    hash_key: str | None = None
+    hash_key_file: str | None = None
+    misrouted: str = "dead_letter"
+
+    def __post_init__(self) -> None:
+        if self.misrouted not in MISROUTED:
+            raise ValueError(f"misrouted must be one of {', '.join(MISROUTED)}, not {self.misrouted!r}")
 
     @property
     def brokers(self) -> list[str]:
@@ -168,7 +183,24 @@ HELP: dict[str, str] = {
     "ssl_keyfile": "client private key for mutual TLS",
     "sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
     "sasl_username": "SASL user name",
-    "sasl_password": "SASL password (prefer the environment variable to the flag)",
+    "sasl_password": "SASL password: environment variable only (no flag: a command line is visible to every "
+    "user of the host); or sasl_password_file",
+    "sasl_password_file": "file holding the SASL password (a mounted Secret); read at each connection",
+    "signing_key": "Ed25519 private key (base64 of the 32-byte seed, or PEM) that signs verdicts, shadow "
+    "verdicts and incidents (header lw-sig); environment variable only, or signing_key_file",
+    "signing_key_file": "file with the Ed25519 private key (PEM from `loopwarden keys generate`)",
+    "config_keys": "Ed25519 public key(s), base64 and comma-separated, of the operators allowed to write config "
+    "records: when set, unsigned or forged config records are ignored and counted",
+    "config_keys_file": "file of config-record public keys (PEM blocks or base64 lines)",
+    "incident_keys": "Ed25519 public key(s) accepted on incident records besides this worker's own signing key "
+    "(key rotation): with either set, unsigned or forged incidents are ignored and counted",
+    "incident_keys_file": "file of incident public keys (PEM blocks or base64 lines)",
+    "hash_key": "secret that keys (HMAC-SHA256) the argument and result hashes in published warning keys, so a "
+    "reader of the control topic cannot test guesses of a call's arguments; environment variable only, or "
+    "hash_key_file",
+    "hash_key_file": "file holding the warning-key secret",
+    "misrouted": "an event whose Kafka key is not its run key: dead_letter (reason misrouted) or process "
+    "(counted either way)",
     "correct_end_offsets": "fix Tansu's wrong end offsets by one fetch from end-1 (a no-op on Kafka; "
     "false only to demonstrate the bug)",
 }
@@ -182,16 +214,22 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+# Secrets are read from the environment or a file, never from a flag (a command line is visible to every
+# user of the host, in /proc and in ps).
+ENV_ONLY = ("sasl_password", "signing_key", "hash_key")
+
+
 def add_arguments(parser: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
     """One flag per setting, ``--broker`` first and TLS/SASL last; the default shown is the built-in one.
 
-    Booleans are ``--x/--no-x`` switches; their variables take true/false, 1/0.
+    Booleans are ``--x/--no-x`` switches; their variables take true/false, 1/0. Secrets
+    (:data:`ENV_ONLY`) have no flag.
     """
     defaults = Settings()
     security = {f.name for f in msgspec.structs.fields(SecuritySettings)}
     fields = msgspec.structs.fields(Settings)
     for field in [f for f in fields if f.name not in security] + [f for f in fields if f.name in security]:
-        if field.name in skip:
+        if field.name in skip or field.name in ENV_ONLY:
             continue
         default = getattr(defaults, field.name)
         help_ = f"{HELP.get(field.name, '')} [env {env_name(field.name)}; default {default!r}]"

@@ -45,8 +45,11 @@ def test_dead_letters_and_the_stream_goes_on(tansu, names, workers, tmp_path):
     items.append((b"not-the-run-key", json.dumps({**LOOP, "run_id": "r2"}).encode()))  # misrouted
     positions = asyncio.run(produce(tansu, names.events, items))
 
-    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= len(BAD))
-    assert len(letters) == len(BAD)
+    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= len(BAD) + 1)
+    assert len(letters) == len(BAD) + 1
+    (misrouted,) = [r for r in letters if r.key == b"not-the-run-key"]  # its run's events may sit elsewhere
+    assert json.loads(misrouted.value)["reason"] == "misrouted"
+    letters.remove(misrouted)
     by_reason = {}
     for record in letters:
         letter = json.loads(record.value)
@@ -67,4 +70,5 @@ def test_dead_letters_and_the_stream_goes_on(tansu, names, workers, tmp_path):
     for reason in BAD:
         assert m[f'loopwarden_dead_letters_total{{reason="{reason}"}}'] == 1
     assert m["loopwarden_misrouted_events_total"] == 1
+    assert m['loopwarden_dead_letters_total{reason="misrouted"}'] == 1
     assert m['loopwarden_events_total{type="tool_call"}'] == 13

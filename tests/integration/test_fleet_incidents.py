@@ -25,7 +25,11 @@ PARTITIONS = 4
 # As many fleet partitions as event partitions, so Faust assigns partition p of both to one worker
 # and the tests can place runs on one worker and the signature on the other.
 FLEET_PARTITIONS = ["--fleet-partitions", str(PARTITIONS)]
-DOC = {"loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2, "window": 600}}}
+DOC = {
+    "loopwarden": {
+        "incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2, "window": 600, "samples": True}
+    }
+}
 
 
 def partition_of(key: str) -> int:

@@ -45,7 +45,7 @@ from .support import REPO, collect, decode_verdicts, produce, ready_worker  # no
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CALLS = 25  # OpenClaw's defaults: a warning at 10 identical calls, critical at 20
-INCIDENTS = {"enabled": True, "minStreak": 3, "minRuns": 2, "minAgents": 2, "window": 600}
+INCIDENTS = {"enabled": True, "minStreak": 3, "minRuns": 2, "minAgents": 2, "window": 600, "samples": True}
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"incidents": INCIDENTS}}
 FIELDS = (
     "detector",

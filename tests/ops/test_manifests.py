@@ -196,6 +196,59 @@ def test_prometheusrule_is_generated_from_rules_yml(tmp_path, promtool):
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+# --- the secure overlay (deploy/k8s/secure: TLS/SASL, signed records) ------------------
+
+SECURE = K8S / "secure"
+
+
+def secure_statefulset() -> dict:
+    """The base StatefulSet with the overlay's strategic-merge patch applied (env and mounts merged by name)."""
+    sts = copy.deepcopy(by_kind("StatefulSet"))
+    patch = yaml.safe_load((SECURE / "statefulset-security.yaml").read_text())
+    pod, pod_patch = sts["spec"]["template"]["spec"], patch["spec"]["template"]["spec"]
+    for c_patch in pod_patch["containers"]:
+        container = next(c for c in pod["containers"] if c["name"] == c_patch["name"])
+        for field, key in (("env", "name"), ("volumeMounts", "mountPath")):
+            merged = {item[key]: item for item in container.get(field, [])}
+            merged.update({item[key]: item for item in c_patch.get(field, [])})
+            container[field] = list(merged.values())
+    pod["volumes"] = pod["volumes"] + pod_patch["volumes"]
+    return sts
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_secure_overlay_validates_and_reads_every_secret_from_a_file(version):
+    import kubernetes_validate
+
+    kust = yaml.safe_load((SECURE / "kustomization.yaml").read_text())
+    assert kust["resources"] == ["../", "secret.yaml"]
+    assert [p["path"] for p in kust["patches"]] == ["statefulset-security.yaml"]
+    secret = yaml.safe_load((SECURE / "secret.yaml").read_text())
+    sts = secure_statefulset()
+    kubernetes_validate.validate(secret, version, strict=True)
+    kubernetes_validate.validate(sts, version, strict=True)
+
+    container = next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "worker")
+    env = container_env(container)
+    assert {k for k in env if k.startswith("LOOPWARDEN_")} <= setting_env_names()
+    assert "LOOPWARDEN_SASL_PASSWORD" not in env and "LOOPWARDEN_SIGNING_KEY" not in env  # files only
+    volume = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if "secret" in v)
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["readOnly"] is True
+    files = [v for k, v in env.items() if k.endswith("_FILE") or k == "LOOPWARDEN_SSL_CAFILE"]
+    assert len(files) == 5 and {Path(f).name for f in files} == set(secret["stringData"])
+    assert all(Path(f).parent == Path(mount["mountPath"]) for f in files)
+
+    from loopwarden.kafka.connection import kafka_auth
+    from loopwarden.worker.settings import from_sources
+
+    settings = from_sources({}, environ=env)
+    assert settings.security_protocol == "SASL_SSL" and settings.sasl_password is None
+    with pytest.raises(OSError):  # the password is read from the (here absent) mounted file
+        kafka_auth(msgspec.structs.replace(settings, ssl_cafile=None))
+
+
 # --- compose ---------------------------------------------------------------------------
 
 

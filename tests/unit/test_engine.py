@@ -540,9 +540,10 @@ def test_rule_11_1_session_key_session_id_else_agent_id():
     events.append(ev("tool_call", None, session=None, agent="bot", tool_name="read"))
     events.append(
         ev("tool_call", None, session="bot", agent="x", tool_name="read")
-    )  # session id "bot" == agent session
+    )  # session id "bot" == agent bot's session key, but another agent: its own history (state per agent)
+    events.append(ev("tool_call", None, session="bot", agent="bot", tool_name="read"))  # bot's own session id
     rows = rows_for(events)
-    assert [(r["event_index"], r["count"]) for r in rows] == [(11, 10), (12, 11)]
+    assert [(r["event_index"], r["count"]) for r in rows] == [(11, 10), (13, 11)]
 
 
 def test_rule_11_3_new_run_starts_at_zero_and_resumed_run_continues():

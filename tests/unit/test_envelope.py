@@ -151,9 +151,9 @@ def test_run_key_is_utf8_and_state_key_stays_exact():
     assert run_key(a).encode() == "r\ufffd".encode()  # what a JavaScript producer's UTF-8 key holds
     assert state_key(a) != state_key(b)
     assert table_key(a) != table_key(b)
-    assert decode_key(table_key(a)) == ("a", "r\ud800")
+    assert decode_key(table_key(a)) == ("a", "a", "r\ud800")
     plain = decode_event(b'{"type":"run_end","agent_id":"a","run_id":"r"}')
-    assert table_key(plain) == b'["a","r"]' and decode_key(table_key(plain)) == ("a", "r")
+    assert table_key(plain) == b'["a","a","r"]' and decode_key(table_key(plain)) == ("a", "a", "r")
 
 
 # ---------------------------------------------------------------- the reasons table (schemas/WIRE.md)
@@ -165,7 +165,7 @@ def test_wire_lists_every_reason_once_with_an_example_that_gets_it():
     rows = re.findall(r"^\| `([a-z_]+)` \| (.*?) \| `(.*)` \|$", section, re.M)
     assert [r[0] for r in rows] == list(DEAD_LETTER_REASONS)
     for reason, _, example in rows:
-        if reason in ("empty", "too_large", "too_deep", "id_too_long", "engine_error"):
+        if reason in ("empty", "too_large", "too_deep", "id_too_long", "misrouted", "engine_error"):
             continue  # not a short JSON line: described in the row
         assert reason_of(example.replace("\\|", "|").encode("utf-8")) == reason, reason
 

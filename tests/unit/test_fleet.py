@@ -82,8 +82,11 @@ def test_same_failure_with_varied_arguments_joins_once_at_min_streak():
     assert (s.run_key, s.agent_id, s.tool_name, s.streak, s.unknown_tool) == ("r1", "a1", "web_search", 3, None)
     assert s.ts == 102.0  # the third result's event time
     assert s.signature == outcome_signature("web_search", s.outcome_hash)
-    assert "503 Service Unavailable" in s.sample
+    assert s.sample == ""  # raw result text only with incidents.samples on
     assert state.joined == [s.signature]
+    samples_on = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True, "samples": True}}})
+    (with_sample,), _ = drive(failing_run("r1", "a1", 100.0, calls=6), samples_on)
+    assert "503 Service Unavailable" in with_sample.sample
 
 
 def test_two_failures_do_not_reach_the_streak_together():

@@ -9,6 +9,7 @@ import pytest
 
 from loopwarden.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result, wire
 from loopwarden.runner.state import RecentIds, RunState
+from loopwarden.runner.text import BLOCKED
 from loopwarden.schemas.events import decode_event, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
 
@@ -107,8 +108,9 @@ async def test_check_answers_from_run_state_and_fails_open_when_closed():
     run = client.run("a", run_id="r1")
     client._on_verdict(b"r1", verdict("b", "block", tool_call_id="earlier"))
     d = await run.check("read", {"p": 1})
-    assert (d.action, d.source, d.message) == ("block", "pending_block", "M b") and not d.proceed
-    assert d.blocked_result()["details"]["reason"] == "M b"
+    # no detector on the verdict: the fixed text, never the record's own message ("M b")
+    assert (d.action, d.source, d.message) == ("block", "pending_block", BLOCKED) and not d.proceed
+    assert d.blocked_result()["details"]["reason"] == BLOCKED
     d = await run.check("read", {"p": 1})
     assert (d.action, d.source) == ("allow", "closed") and d.failed_open and d.call.await_decision
     client._on_verdict(b"r1", verdict("x", "abort", detector="compaction_loop_persisted"))

@@ -209,7 +209,7 @@ def test_a_run_stored_in_a_newer_version_starts_afresh_with_a_log_line_and_a_cou
     (line,) = [r.getMessage() for r in caplog.records]
     assert f"stored format version {FORMAT_VERSION + 1}" in line and "starting the run afresh" in line
     assert metrics.unreadable_runs.labels("unknown_version")._value.get() == 1
-    by_run = {json.loads(k)[1]: decode_value(v) for (_p, k), v in table.data.items()}
+    by_run = {json.loads(k)[-1]: decode_value(v) for (_p, k), v in table.data.items()}
     assert len(by_run["new"].state.history) == 2  # its two new calls only: started afresh
     assert len(by_run["old"].state.history) == 3  # the other run kept its state
     assert all(stored_version(v) == FORMAT_VERSION for v in table.data.values())  # rewritten in this version

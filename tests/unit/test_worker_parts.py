@@ -62,7 +62,7 @@ def test_dead_letter_value_carries_position_and_raw_bytes():
 
 def test_state_key_and_value_round_trip():
     event = decode_event(_raw(session_id="s"))
-    assert decode_key(state_key(event)) == ("s", "r1")
+    assert decode_key(state_key(event)) == ("a", "s", "r1")
     value = RunValue(offset=7, touched=1.5, state=RunState())
     assert decode_value(encode_value(value)) == value
     ended = RunValue(offset=8, touched=2.0)
