@@ -36,8 +36,9 @@ DETECTION = {
 }
 
 # -- the three callers, each reduced to the same rows ---------------------------------------------
-# A row: (event index, what, detector or kind, action, level, count, shadow, message, verdict id named).
-# `what` is "verdict" (an emitted detection, enforced or shadowed), "violation", "escalation" or "allow".
+# A row: (event index, what, n, detector or kind, action, level, count, shadow, message or verdict named).
+# `what` is "verdict" (an emitted detection, enforced or shadowed), "violation", "escalation" or "allow";
+# ``n`` the verdict's ordinal within its event (the last part of its verdict id).
 
 
 def _ack_target(raw: str, prefix: str) -> str:
@@ -54,8 +55,16 @@ def trace_lines(events: list[dict], prefix: str) -> list[bytes]:
     return out
 
 
-def _det_row(index: int, what: str, det) -> tuple:
-    return (index, what, det.detector, det.action, det.level, det.count, bool(det.shadow), det.message)
+def _det_row(index: int, what: str, n: int, det) -> tuple:
+    return (index, what, n, det.detector, det.action, det.level, det.count, bool(det.shadow), det.message)
+
+
+def _violation_row(index: int, kind: str, named: str | None) -> tuple:
+    return (index, "violation", None, kind, None, None, None, False, named)
+
+
+def _allow_row(index: int, n: int) -> tuple:
+    return (index, "allow", n, None, "allow", None, None, False, None)
 
 
 def worker_rows(events: list[dict], fleet: FleetConfig, batch: int = 1) -> list[tuple]:
@@ -93,32 +102,33 @@ def worker_rows(events: list[dict], fleet: FleetConfig, batch: int = 1) -> list[
             index = int(out.source.rsplit(":", 1)[1])
             if v["type"] == "verdict_violation":
                 named = v.get("verdict_id")
-                named = named[len(f"{TOPIC}:0:") :] if named else None
-                rows.append((index, "violation", v["kind"], None, None, None, False, named))
+                rows.append(_violation_row(index, v["kind"], named[len(f"{TOPIC}:0:") :] if named else None))
                 continue
-            assert v["verdict_id"].startswith(f"{out.source}:")
-            what = "allow" if v["action"] == "allow" else "escalation" if v["detector"] == "escalation" else "verdict"
-            if what == "allow":
-                rows.append((index, "allow", None, "allow", None, None, False, None))
-            else:
-                row = (v["detector"], v["action"], v["level"], v["count"], v.get("shadow", False), v["message"])
-                rows.append((index, what, *row))
-            assert (out.topic == "shd") == v.get("shadow", False)
+            prefix, n = v["verdict_id"].rsplit(":", 1)
+            assert prefix == out.source and (out.topic == "shd") == v.get("shadow", False)
+            if v["action"] == "allow":
+                rows.append(_allow_row(index, int(n)))
+                continue
+            what = "escalation" if v["detector"] == "escalation" else "verdict"
+            det = (v["detector"], v["action"], v["level"], v["count"], v.get("shadow", False), v["message"])
+            rows.append((index, what, int(n), *det))
     return rows
 
 
 def replay_rows(events: list[dict], fleet: FleetConfig) -> list[tuple]:
     incidents = fleet.fleet_wide()
     rows: list[tuple] = []
+    numbered: dict[int, int] = {}  # event index -> verdicts so far (replay's ids are <event_index>:<n>)
     for r in replay_lines(trace_lines(events, ""), fleet, incidents=incidents, enforcement_rows=True):
         assert isinstance(r, dict)
-        kind = r.get("type")
+        kind, index = r.get("type"), r["event_index"]
         if kind == "verdict_violation":
-            rows.append((r["event_index"], "violation", r["kind"], None, None, None, False, r.get("verdict_id")))
+            rows.append(_violation_row(index, r["kind"], r.get("verdict_id")))
         elif kind is None and "detector" in r and r["emitted"]:
             what = "escalation" if r["detector"] == "escalation" else "verdict"
-            row = (r["detector"], r["action"], r["level"], r["count"], r.get("shadow", False), r["message"])
-            rows.append((r["event_index"], what, *row))
+            n = numbered[index] = numbered.get(index, -1) + 1
+            det = (r["detector"], r["action"], r["level"], r["count"], r.get("shadow", False), r["message"])
+            rows.append((index, what, n, *det))
     return rows
 
 
@@ -130,12 +140,12 @@ def tune_rows(events: list[dict], fleet: FleetConfig) -> tuple[list[tuple], set[
     for i, d in tune.decisions(prep, fleet):
         index = prep.lines[i]
         decided.add(index)
-        rows += [_det_row(index, "verdict", v.detection) for v in d.verdicts]
+        rows += [_det_row(index, "verdict", v.n, v.detection) for v in d.verdicts]
         if d.violation is not None:
-            rows.append((index, "violation", d.violation.kind, None, None, None, False, d.violation.verdict_id))
-        rows += [_det_row(index, "escalation", v.detection) for v in d.escalations]
+            rows.append(_violation_row(index, d.violation.kind, d.violation.verdict_id))
+        rows += [_det_row(index, "escalation", v.n, v.detection) for v in d.escalations]
         if d.allow is not None:
-            rows.append((index, "allow", None, "allow", None, None, False, None))
+            rows.append(_allow_row(index, d.allow))
     return rows, decided
 
 
@@ -154,7 +164,7 @@ def runs_from_rows(events: list[dict], rows: list[tuple]) -> dict[str, set[int]]
     prep = tune.prepare(trace_lines(events, ""))
     run_of = dict(zip(prep.lines, prep.runs))
     out: dict[str, set[int]] = {"blocked": set(), "aborted": set()}
-    for index, what, _det, action, *_ in rows:
+    for index, what, _n, _det, action, *_ in rows:
         if what in ("verdict", "escalation") and action in ("block", "abort"):
             out["blocked" if action == "block" else "aborted"].add(run_of[index])
     return out
@@ -169,7 +179,8 @@ def without_allows(rows: list[tuple]) -> list[tuple]:
 AGENTS = ("a", "b", "c")
 TOOLS = ("read", "exec", "web_search", "nosuch")
 PARAMS = ({"p": 1}, {"p": 2}, {"command": "ls"})
-RESULTS = ("same", "other", "veto", "error", "none")
+RESULTS = ("same", "same", "same", "error", "error", "error", "veto", "veto", "other", "none")
+KINDS = ("pair",) * 8 + ("call",) * 3 + ("result",) * 3 + ("compact", "end", "ack")
 DETECTORS = (
     "generic_repeat",
     "known_poll_no_progress",
@@ -181,39 +192,62 @@ DETECTORS = (
 )
 
 
+class _Choices:
+    """Choices read off one drawn integer: a generated event costs one draw, not a dozen
+    (hypothesis' per-draw cost would dominate the 500 examples), and shrinking it towards 0
+    still shrinks each choice towards the first option."""
+
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def pick(self, options):
+        self.x, i = divmod(self.x, len(options))
+        return options[i]
+
+
 @st.composite
 def traces(draw) -> list[dict]:
-    n = draw(st.integers(1, 45))
+    """A fleet's events: a few agents and runs sharing a small repertoire of calls, so that loops,
+    blocks, aborts, fleet incidents and disobedient runners are common, not rare."""
+    agents = draw(st.lists(st.sampled_from(AGENTS), min_size=1, max_size=draw(st.integers(1, 3)), unique=True))
+    tools = draw(st.lists(st.sampled_from(TOOLS), min_size=1, max_size=2, unique=True))
+    params = [PARAMS[k] for k in draw(st.lists(st.integers(0, len(PARAMS) - 1), min_size=1, max_size=2, unique=True))]
+    runs = draw(st.sampled_from((("r1",), ("r1", "r2"))))
     events: list[dict] = []
     ts = 100.0
-    calls: list[tuple[str, str, str | None]] = []  # (agent, run, call id) of calls made
-    for i in range(n):
-        ts += draw(st.sampled_from((0.0, 0.5, 3.0, 40.0)))
-        agent = draw(st.sampled_from(AGENTS))
-        base: dict = {"agent_id": agent, "run_id": draw(st.sampled_from(("r1", "r2"))), "ts": ts}
-        if draw(st.booleans()):
+    calls: list[tuple[str, str, str | None, str, dict]] = []  # (agent, run, call id, tool, args) made
+    n = draw(st.integers(1, 40))
+    for i, x in enumerate(draw(st.lists(st.integers(0, 2**64), min_size=n, max_size=n))):
+        c = _Choices(x)
+        kind = c.pick(KINDS)
+        ts += c.pick((0.0, 0.5, 3.0, 3.0, 40.0))
+        agent = c.pick(agents)
+        base: dict = {"agent_id": agent, "run_id": c.pick(runs), "ts": ts}
+        if c.pick((False, True)):
             base["session_id"] = f"agent:{agent}:s1"
-        event_id = draw(st.sampled_from((None, None, f"e{i}", "e0", "e1")))  # repeated ids are duplicates
+        event_id = c.pick((None, None, None, f"e{i}", "e0"))  # a repeated id is a duplicate
         if event_id is not None:
             base["event_id"] = event_id
-        kind = draw(st.sampled_from(("call", "call", "call", "result", "result", "result", "compact", "end", "ack")))
-        call_id = draw(st.sampled_from((None, "c1", "c2", f"c{i}", f"c{i}")))  # missing, shared, fresh
-        tool, params = draw(st.sampled_from(TOOLS)), draw(st.sampled_from(PARAMS))
-        if kind == "call":
-            e = {"type": "tool_call", **base, "tool_name": tool, "params": params}
+        call_id = c.pick((None, "c1", f"c{i}", f"c{i}"))  # missing, shared, fresh
+        tool, args = c.pick(tools), c.pick(params)
+        if kind in ("call", "pair"):
+            e = {"type": "tool_call", **base, "tool_name": tool, "params": args}
             if call_id is not None:
                 e["tool_call_id"] = call_id
-            if draw(st.booleans()):
+            if c.pick((False, True)):
                 e["await_decision"] = True
-            calls.append((agent, base["run_id"], call_id))
-        elif kind == "result":
-            if calls and draw(st.booleans()):  # most results answer a call made before (same run)
-                agent, run, call_id = draw(st.sampled_from(calls))
-                base = {**base, "agent_id": agent, "run_id": run}
-            e = {"type": "tool_result", **base, "tool_name": tool, "params": params}
+            calls.append((agent, base["run_id"], call_id, tool, args))
+        if kind == "pair":  # the call and at once its result (a runner's usual pace)
+            events.append(e)
+            base = {k: v for k, v in base.items() if k != "event_id"}
+        elif kind == "result" and calls and c.pick((False, True, True, True)):  # most answer a call made
+            agent, run, call_id, tool, args = c.pick(calls[-4:])
+            base = {**base, "agent_id": agent, "run_id": run}
+        if kind in ("result", "pair"):
+            e = {"type": "tool_result", **base, "tool_name": tool, "params": args}
             if call_id is not None:
                 e["tool_call_id"] = call_id
-            outcome = draw(st.sampled_from(RESULTS))
+            outcome = c.pick(RESULTS)
             if outcome == "error":
                 e["error"] = "boom"
             elif outcome == "veto":
@@ -224,13 +258,12 @@ def traces(draw) -> list[dict]:
             e = {"type": "compaction_retry", **base}
         elif kind == "end":
             e = {"type": "run_end", **base}
-        else:
-            target = draw(st.integers(0, max(i - 1, 0)))
+        elif kind == "ack":
             e = {
                 "type": "verdict_ack",
                 **base,
-                "verdict_id": f"@{target}:{draw(st.integers(0, 1))}",
-                "outcome": draw(st.sampled_from(("applied", "failed"))),
+                "verdict_id": f"@{c.pick(range(max(i, 1)))}:{c.pick((0, 1))}",
+                "outcome": c.pick(("applied", "failed")),
             }
         events.append(e)
     return events
@@ -238,23 +271,23 @@ def traces(draw) -> list[dict]:
 
 def _ext_block(draw) -> dict:
     block: dict = {}
-    shadow = draw(st.sampled_from(("off", "true", "false", "list")))
+    shadow = draw(st.sampled_from(("off", "off", "true", "false", "list", "list")))
     if shadow == "true":
         block["shadow"] = True
     elif shadow == "false":
         block["shadow"] = False
     elif shadow == "list":
-        block["shadow"] = draw(st.lists(st.sampled_from(DETECTORS), max_size=3, unique=True))
+        block["shadow"] = draw(st.lists(st.sampled_from(DETECTORS), min_size=1, max_size=3, unique=True))
     if draw(st.booleans()):
         block["escalation"] = {"afterBlocks": draw(st.integers(0, 2)), "afterViolations": draw(st.integers(0, 2))}
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 2)) == 0:
         block["incidents"] = {
             "enabled": True,
             "minStreak": draw(st.integers(1, 2)),
             "minRuns": 2,
-            "minAgents": draw(st.integers(1, 2)),
-            "window": 120,
-            "block": draw(st.booleans()),
+            "minAgents": draw(st.sampled_from((1, 1, 2))),
+            "window": draw(st.sampled_from((30, 600))),
+            "block": draw(st.sampled_from((True, True, False))),
             "blockAfter": draw(st.integers(1, 2)),
         }
     if draw(st.integers(0, 3)) == 0:
@@ -264,12 +297,20 @@ def _ext_block(draw) -> dict:
 
 @st.composite
 def configs(draw) -> FleetConfig:
-    doc: dict = {"tools": {"loopDetection": dict(DETECTION)}}
+    warning = draw(st.integers(1, 3))
+    detection = {
+        "enabled": True,
+        "warningThreshold": warning,
+        "criticalThreshold": warning + draw(st.integers(1, 2)),
+        "globalCircuitBreakerThreshold": warning + draw(st.integers(2, 4)),
+        "unknownToolThreshold": draw(st.integers(1, 3)),
+    }
     if draw(st.booleans()):
-        doc["tools"]["loopDetection"]["historySize"] = draw(st.integers(3, 8))
+        detection["historySize"] = draw(st.integers(4, 10))
     if draw(st.booleans()):
-        doc["tools"]["loopDetection"]["postCompactionGuard"] = {"windowSize": draw(st.integers(1, 3))}
-    if draw(st.booleans()):
+        detection["postCompactionGuard"] = {"windowSize": draw(st.integers(1, 3))}
+    doc: dict = {"tools": {"loopDetection": detection}}
+    if draw(st.integers(0, 3)):
         doc["loopwarden"] = _ext_block(draw)
     entries = []
     for agent in ("b", "c"):
@@ -360,7 +401,7 @@ def test_a_gated_call_after_the_abort_that_the_runner_refused_is_no_violation():
     fleet = FleetConfig()
     refused = _aborted_run({"await_decision": True}, {"result": VETO})
     for rows in (replay_rows(refused, fleet), worker_rows(refused, fleet)):
-        assert [r[2] for r in rows if r[1] == "verdict"] == ["compaction_loop_persisted"]
+        assert [r[3] for r in rows if r[1] == "verdict"] == ["compaction_loop_persisted"]
         assert [r for r in rows if r[1] == "violation"] == []
 
 
@@ -376,7 +417,7 @@ def test_a_call_after_the_abort_that_ran_is_a_violation_named_after_the_abort():
         for rows in (replay_rows(events, fleet), worker_rows(events, fleet)):
             abort = next(r for r in rows if r[1] == "verdict")
             assert [r for r in rows if r[1] == "violation"] == [
-                (index, "violation", "call_after_abort", None, None, None, False, f"{abort[0]}:0")
+                _violation_row(index, "call_after_abort", f"{abort[0]}:{abort[2]}")
             ]
 
 
