@@ -1,8 +1,9 @@
 """Whether a run obeys its verdicts: acks awaited, violations noticed, escalation.
 
 Beside the rules, never inside them: :func:`loopwarden.detection.step` and its
-verdicts are the same with or without this module. The worker calls it
-around ``step()``:
+verdicts are the same with or without this module.
+:func:`loopwarden.detection.decision.decide_event` (the decision of the worker,
+replay and tune) calls it around ``step()``:
 
 - :func:`violation` *before* ``step()`` (which forgets a blocked call id when
   its result arrives) says whether the event disobeys a verdict: the result
@@ -212,7 +213,7 @@ def after_step(
 ) -> list[tuple[str, Detection]]:
     """Everything after ``step()`` published ``verdicts`` (id, detection) for ``event``; ``found`` is
     :func:`violation`'s answer from before it. Returns the escalation aborts to publish too, with
-    ids from ``next_id()`` (the worker and ``replay`` share this, so both say the same)."""
+    ids from ``next_id()``. ``verdicts`` are the enforced ones only: a shadowed verdict is noted nowhere."""
     if state is None:
         return []
     enf = state.enforcement
