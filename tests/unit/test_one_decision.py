@@ -205,19 +205,20 @@ class _Choices:
         return options[i]
 
 
-@st.composite
-def traces(draw) -> list[dict]:
-    """A fleet's events: a few agents and runs sharing a small repertoire of calls, so that loops,
-    blocks, aborts, fleet incidents and disobedient runners are common, not rare."""
-    agents = draw(st.lists(st.sampled_from(AGENTS), min_size=1, max_size=draw(st.integers(1, 3)), unique=True))
-    tools = draw(st.lists(st.sampled_from(TOOLS), min_size=1, max_size=2, unique=True))
-    params = [PARAMS[k] for k in draw(st.lists(st.integers(0, len(PARAMS) - 1), min_size=1, max_size=2, unique=True))]
-    runs = draw(st.sampled_from((("r1",), ("r1", "r2"))))
+def build_trace(
+    xs: list[int],
+    agents: list[str] | tuple[str, ...] = AGENTS,
+    tools: list[str] | tuple[str, ...] = TOOLS,
+    params: list[dict] | tuple[dict, ...] = PARAMS,
+    runs: tuple[str, ...] = ("r1", "r2"),
+) -> list[dict]:
+    """A fleet's events, one per integer of ``xs`` (each integer's digits are that event's choices):
+    a few agents and runs sharing a small repertoire of calls, so that loops, blocks, aborts, fleet
+    incidents and disobedient runners are common, not rare. Acks name their verdict ``@<index>:<n>``."""
     events: list[dict] = []
     ts = 100.0
     calls: list[tuple[str, str, str | None, str, dict]] = []  # (agent, run, call id, tool, args) made
-    n = draw(st.integers(1, 40))
-    for i, x in enumerate(draw(st.lists(st.integers(0, 2**64), min_size=n, max_size=n))):
+    for i, x in enumerate(xs):
         c = _Choices(x)
         kind = c.pick(KINDS)
         ts += c.pick((0.0, 0.5, 3.0, 3.0, 40.0))
@@ -267,6 +268,16 @@ def traces(draw) -> list[dict]:
             }
         events.append(e)
     return events
+
+
+@st.composite
+def traces(draw) -> list[dict]:
+    agents = draw(st.lists(st.sampled_from(AGENTS), min_size=1, max_size=draw(st.integers(1, 3)), unique=True))
+    tools = draw(st.lists(st.sampled_from(TOOLS), min_size=1, max_size=2, unique=True))
+    params = [PARAMS[k] for k in draw(st.lists(st.integers(0, len(PARAMS) - 1), min_size=1, max_size=2, unique=True))]
+    runs = draw(st.sampled_from((("r1",), ("r1", "r2"))))
+    n = draw(st.integers(1, 40))
+    return build_trace(draw(st.lists(st.integers(0, 2**64), min_size=n, max_size=n)), agents, tools, params, runs)
 
 
 def _ext_block(draw) -> dict:
