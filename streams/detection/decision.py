@@ -76,7 +76,6 @@ def decide_event(
     event: Event,
     config: ResolvedConfig,
     ext: Extensions,
-    *,
     now: float,
     origin: Any = None,
     name_origin: Callable[[Any], str] = str,
@@ -99,7 +98,9 @@ def decide_event(
     gated = cls is ToolCall and event.await_decision
     watched = state is not None and state.enforcement is not None  # acks, obedience and deadlines
     if not (detections or gated or found is not None or watched or cls is VerdictAck):
-        return EventDecision(new, detections, charge=result.charge, guard_armed=result.guard_armed)
+        if detections or result.charge is not None or result.guard_armed:
+            return EventDecision(new, detections, charge=result.charge, guard_armed=result.guard_armed)
+        return EventDecision(new)  # the usual event: nothing decided beyond the new state
     verdicts: list[Numbered] = []
     published: list[tuple[str, Detection]] = []  # enforced: acks, obedience and escalation follow them
     source = None

@@ -252,17 +252,9 @@ def apply_batch(
         t0 = perf() if timed else 0.0
         state_in = value.state if value is not None else None
         try:
-            d = decide_event(
-                state_in,
-                event,
-                known[2],
-                known[3],
-                now=now,
-                origin=msg,
-                name_origin=record_source,
-                ack_timeout=ack_timeout,
-                board=board,
-            )
+            # positional: this runs once per event (state, event, config, ext, now, origin, name_origin,
+            # ack_timeout, board)
+            d = decide_event(state_in, event, known[2], known[3], now, msg, record_source, ack_timeout, board)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             source = f"{topic}:{partition}:{offset}"
             log.exception("step() failed at %s", source)
@@ -286,13 +278,15 @@ def apply_batch(
             counts.loop_tokens[labels] += charge.tokens
             if charge.cost is not None:
                 counts.loop_cost[labels] += charge.cost
-        extra = after_step(state_in, event, d) if after_step is not None else ()
-        for topic_, key_, value_ in extra:
-            outgoing.append(Outgoing(topic_, key_, value_, f"{topic}:{partition}:{offset}"))
+        if after_step is not None:
+            for topic_, key_, value_ in after_step(state_in, event, d):
+                outgoing.append(Outgoing(topic_, key_, value_, f"{topic}:{partition}:{offset}"))
+        source = d.source  # set when the event decided a verdict or an allow
+        if source is None and d.violation is None and not d.detections and not d.unacked and cls is not VerdictAck:
+            continue  # the common case: nothing to publish or count for this event
         for det in d.detections:
             mode = "shadow" if det.shadow else "enforce"
             counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
-        source = d.source
         if cls is VerdictAck:
             counts.acks[event.outcome] += 1
             if d.acked:
