@@ -101,19 +101,21 @@ def decide_event(
         if detections or result.charge is not None or result.guard_armed:
             return EventDecision(new, detections, charge=result.charge, guard_armed=result.guard_armed)
         return EventDecision(new)  # the usual event: nothing decided beyond the new state
-    verdicts: list[Numbered] = []
-    published: list[tuple[str, Detection]] = []  # enforced: acks, obedience and escalation follow them
+    verdicts: Sequence[Numbered] = ()
+    published: Sequence[tuple[str, Detection]] = ()  # enforced: acks, obedience and escalation follow them
     source = None
     n = 0
-    for det in detections:
-        if det.emitted:
-            if source is None:
-                source = name_origin(origin)
-            enforced = not det.shadow
-            verdicts.append(Numbered(n, det, enforced))
-            if enforced:
-                published.append((f"{source}:{n}", det))
-            n += 1
+    if detections:
+        verdicts, published = [], []
+        for det in detections:
+            if det.emitted:
+                if source is None:
+                    source = name_origin(origin)
+                enforced = not det.shadow
+                verdicts.append(Numbered(n, det, enforced))
+                if enforced:
+                    published.append((f"{source}:{n}", det))
+                n += 1
     acked, ack_seconds, unacked, escalations = False, 0.0, (), ()
     if cls is VerdictAck:
         latency = enforcement.acked(new, event.verdict_id, now)
@@ -134,7 +136,8 @@ def decide_event(
                 return f"{source}:{n - 1}"
 
             extra = enforcement.after_step(new, event, found, published, next_id, now, ext.escalation)
-            escalations = [Numbered(first + i, det, True) for i, (_, det) in enumerate(extra)]
+            if extra:
+                escalations = [Numbered(first + i, det, True) for i, (_, det) in enumerate(extra)]
     allow = None
     if gated and not published and not escalations:  # shadowed detections only: answered as if none fired
         allow = n
