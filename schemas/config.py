@@ -100,12 +100,6 @@ def _truthy(value: Any) -> bool:
     return True
 
 
-def _switch(block: dict, key: str) -> bool:
-    """Detector switches default to true when missing or null (§1.6)."""
-    value = block.get(key)
-    return True if value is None else _truthy(value)
-
-
 def overlay(global_block: dict | None, agent_block: dict | None) -> dict | None:
     """Rule 1.2: lay the agent's keys over the global block."""
     if agent_block is None:
@@ -124,39 +118,177 @@ def overlay(global_block: dict | None, agent_block: dict | None) -> dict | None:
     return merged
 
 
-def resolve_block(block: dict | None) -> ResolvedConfig:
-    """Rules 1.3-1.7 on an (already overlaid) ``loopDetection`` block."""
+BUCKET = 10  # warnings are published when a count reaches 10, 20, 30 ... (fixed, not a setting)
+
+
+class Note(msgspec.Struct, frozen=True, kw_only=True):
+    """One value of a block that is not what the file says (or that is easy to misread)."""
+
+    key: str  # "criticalThreshold", "detectors.pingPong", "postCompactionGuard.windowSize"
+    value: Any  # the effective value
+    text: str  # why, in words
+    source: str | None = None  # for an agent: "agent" or "global" (where the given value came from)
+
+
+def show(value: Any) -> str:
+    """A JSON value as the config's author wrote it (``'thirty'``, ``null``, ``true``, ``Infinity``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+    if isinstance(value, (dict, list)):
+        text = msgspec.json.encode(value).decode()
+        return text if len(text) <= 40 else text[:37] + "..."
+    return repr(value)
+
+
+_NUMERIC = (  # (key, default); the order of §1.4
+    ("historySize", DEFAULT_HISTORY_SIZE),
+    ("warningThreshold", DEFAULT_WARNING_THRESHOLD),
+    ("criticalThreshold", DEFAULT_CRITICAL_THRESHOLD),
+    ("unknownToolThreshold", DEFAULT_UNKNOWN_TOOL_THRESHOLD),
+    ("globalCircuitBreakerThreshold", DEFAULT_GLOBAL_THRESHOLD),
+)
+_SWITCHES = ("genericRepeat", "knownPollNoProgress", "pingPong")
+_UNSET = msgspec.UNSET
+
+
+def resolve_block(block: Any, notes: list[Note] | None = None, agent_block: Any = None) -> ResolvedConfig:
+    """Rules 1.3-1.7 on an (already overlaid) ``loopDetection`` block: the one resolver.
+
+    With a ``notes`` list it also records a :class:`Note` per value that is not what the block
+    says, and why (``loopwarden config check``); ``agent_block`` (the agent's own block before
+    overlay) only labels each note with where its value came from. The engine's settings
+    (:meth:`FleetConfig.resolve`) call it without notes.
+    """
     if not isinstance(block, dict):
-        return DEFAULT_CONFIG
-    enabled = block.get("enabled")
-    warning = _positive_int(block.get("warningThreshold"), DEFAULT_WARNING_THRESHOLD, "warningThreshold")
-    critical = _positive_int(block.get("criticalThreshold"), DEFAULT_CRITICAL_THRESHOLD, "criticalThreshold")
-    global_ = _positive_int(
-        block.get("globalCircuitBreakerThreshold"), DEFAULT_GLOBAL_THRESHOLD, "globalCircuitBreakerThreshold"
-    )
+        if notes is None:
+            return DEFAULT_CONFIG
+        block = {}
+    agent = agent_block if isinstance(agent_block, dict) else None
+
+    def note(key: str, value: Any, text: str, name: str | None = None, nested: str | None = None) -> None:
+        if notes is None:
+            return
+        source = None
+        if agent_block is not None:
+            name = name or key
+            inner = agent if nested is None else (agent.get(nested) if agent is not None else None)
+            source = "agent" if isinstance(inner, dict) and name in inner else "global"
+        notes.append(Note(key=key, value=value, text=text, source=source))
+
+    numbers: list[int] = []
+    for key, default in _NUMERIC:
+        raw = block.get(key, _UNSET)
+        value = default if raw is _UNSET else _positive_int(raw, default, key)
+        numbers.append(value)
+        if notes is not None and raw is not _UNSET and not (value == raw and not isinstance(raw, bool)):
+            if _positive_int(raw, default) != value:  # above its cap
+                note(key, value, f"{key} {show(raw)} is above the cap {value}: {value}")
+            else:
+                why = "null" if raw is None else f"{show(raw)} is not a positive integer"
+                note(key, value, f"{key} {why}: default {default}")
+    history, warning, critical, unknown, global_ = numbers
     if critical <= warning:
+        note(
+            "criticalThreshold",
+            warning + 1,
+            f"criticalThreshold {critical} ≤ warningThreshold {warning}: raised to {warning + 1}",
+        )
         critical = warning + 1
     if global_ <= critical:
+        note(
+            "globalCircuitBreakerThreshold",
+            critical + 1,
+            f"globalCircuitBreakerThreshold {global_} ≤ criticalThreshold {critical}: raised to {critical + 1}",
+        )
         global_ = critical + 1
+
+    enabled = block.get("enabled", _UNSET)
+    on = enabled is not _UNSET and _truthy(enabled)
+    if notes is not None:
+        if enabled is _UNSET or enabled is None:
+            note(
+                "enabled",
+                False,
+                f"enabled {'not set' if enabled is _UNSET else 'null'}: the rolling detectors"
+                " are off (calls are still recorded and the post-compaction guard is on)",
+            )
+        elif not isinstance(enabled, bool):
+            extra = (
+                ""
+                if on
+                else " (calls are still recorded and the post-compaction guard is on:"
+                " only exactly false turns those off)"
+            )
+            note("enabled", on, f"enabled {show(enabled)} is not a boolean: counts as {show(on)}{extra}")
+        if on and warning < BUCKET:
+            note(
+                "warningThreshold",
+                warning,
+                f"warningThreshold {warning} < {BUCKET}: warnings are published only when a count "
+                f"reaches {BUCKET}, {2 * BUCKET}, ..., so counts below {BUCKET} warn nobody",
+            )
+
     detectors = block.get("detectors")
+    if detectors is not None and not isinstance(detectors, dict):
+        note("detectors", True, f"detectors {show(detectors)} is not an object: every detector on")
     detectors = detectors if isinstance(detectors, dict) else {}
+    switches: list[bool] = []
+    for key in _SWITCHES:
+        raw = detectors.get(key, _UNSET)
+        value = True if raw is _UNSET or raw is None else _truthy(raw)
+        switches.append(value)
+        if raw is None or (raw is not _UNSET and not isinstance(raw, bool)):
+            why = "null: default true" if raw is None else f"{show(raw)} is not a boolean: counts as {show(value)}"
+            note(f"detectors.{key}", value, f"detectors.{key} {why}", key, "detectors")
+
     guard = block.get("postCompactionGuard")
+    if guard is not None and not isinstance(guard, dict):
+        note(
+            "postCompactionGuard",
+            DEFAULT_GUARD_WINDOW,
+            f"postCompactionGuard {show(guard)} is not an object: windowSize {DEFAULT_GUARD_WINDOW}",
+        )
     guard = guard if isinstance(guard, dict) else {}
+    raw = guard.get("windowSize", _UNSET)
+    window = DEFAULT_GUARD_WINDOW if raw is _UNSET else _positive_int(raw, DEFAULT_GUARD_WINDOW, "windowSize")
+    if raw is not _UNSET and _positive_int(raw, DEFAULT_GUARD_WINDOW) != window:  # above its cap
+        note(
+            "postCompactionGuard.windowSize",
+            window,
+            f"postCompactionGuard.windowSize {show(raw)} is above the cap {window}: {window}",
+            "windowSize",
+            "postCompactionGuard",
+        )
+    elif raw is not _UNSET and not (window == raw and not isinstance(raw, bool)):
+        why = "null" if raw is None else f"{show(raw)} is not a positive integer"
+        note(
+            "postCompactionGuard.windowSize",
+            window,
+            f"postCompactionGuard.windowSize {why}: default {DEFAULT_GUARD_WINDOW}",
+            "windowSize",
+            "postCompactionGuard",
+        )
     return ResolvedConfig(
-        enabled=_truthy(enabled),
+        enabled=on,
         record_calls=enabled is not False,
         guard_enabled=enabled is not False,
-        history_size=_positive_int(block.get("historySize"), DEFAULT_HISTORY_SIZE, "historySize"),
+        history_size=history,
         warning_threshold=warning,
         critical_threshold=critical,
-        unknown_tool_threshold=_positive_int(
-            block.get("unknownToolThreshold"), DEFAULT_UNKNOWN_TOOL_THRESHOLD, "unknownToolThreshold"
-        ),
+        unknown_tool_threshold=unknown,
         global_circuit_breaker_threshold=global_,
-        generic_repeat=_switch(detectors, "genericRepeat"),
-        known_poll_no_progress=_switch(detectors, "knownPollNoProgress"),
-        ping_pong=_switch(detectors, "pingPong"),
-        guard_window=_positive_int(guard.get("windowSize"), DEFAULT_GUARD_WINDOW, "windowSize"),
+        generic_repeat=switches[0],
+        known_poll_no_progress=switches[1],
+        ping_pong=switches[2],
+        guard_window=window,
     )
 
 

@@ -4,8 +4,9 @@ OpenClaw never rejects a config: an invalid number silently becomes the
 default, a critical threshold not above the warning one is silently raised,
 a misspelled key is silently ignored. That is right for the runtime and
 wrong for a person rolling a config out. This module explains the
-resolution of :mod:`loopwarden.schemas.config` without changing it: per block the
-effective settings, one :class:`Note` per value that was replaced (and why),
+resolution of :mod:`loopwarden.schemas.config` with the engine's own resolver
+(``resolve_block`` asked to record its notes): per block the effective
+settings, one :class:`Note` per value that was replaced (and why),
 and warnings for unknown keys (with a "did you mean" from :mod:`difflib`)
 and for ``loopwarden`` extension problems (:func:`resolve_extensions`).
 
@@ -16,28 +17,22 @@ worker and the live config feed log the same warnings this returns.
 from __future__ import annotations
 
 import difflib
-import math
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from loopwarden.schemas.config import (
-    DEFAULT_CRITICAL_THRESHOLD,
-    DEFAULT_GLOBAL_THRESHOLD,
-    DEFAULT_GUARD_WINDOW,
-    DEFAULT_HISTORY_SIZE,
-    DEFAULT_UNKNOWN_TOOL_THRESHOLD,
-    DEFAULT_WARNING_THRESHOLD,
     KNOB_CAPS,
     ConfigError,
     FleetConfig,
+    Note,
     ResolvedConfig,
     _positive_int,
-    _truthy,
     overlay,
     read_config_document,
     resolve_block,
+    show,
 )
 from loopwarden.schemas.extensions import LATEST_FIXED, PROFILE_LATEST, Extensions, resolve_extensions
 
@@ -61,29 +56,6 @@ EXTENSION_SECTIONS = {
 }
 EXTENSION_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(Extensions))
 
-_NUMERIC = (  # (key, ResolvedConfig field, default); the order of §1.4
-    ("historySize", "history_size", DEFAULT_HISTORY_SIZE),
-    ("warningThreshold", "warning_threshold", DEFAULT_WARNING_THRESHOLD),
-    ("criticalThreshold", "critical_threshold", DEFAULT_CRITICAL_THRESHOLD),
-    ("unknownToolThreshold", "unknown_tool_threshold", DEFAULT_UNKNOWN_TOOL_THRESHOLD),
-    ("globalCircuitBreakerThreshold", "global_circuit_breaker_threshold", DEFAULT_GLOBAL_THRESHOLD),
-)
-_SWITCHES = (
-    ("genericRepeat", "generic_repeat"),
-    ("knownPollNoProgress", "known_poll_no_progress"),
-    ("pingPong", "ping_pong"),
-)
-BUCKET = 10  # warnings are published when a count reaches 10, 20, 30 ... (fixed, not a setting)
-
-
-class Note(msgspec.Struct, frozen=True, kw_only=True):
-    """One value of a block that is not what the file says (or that is easy to misread)."""
-
-    key: str  # "criticalThreshold", "detectors.pingPong", "postCompactionGuard.windowSize"
-    value: Any  # the effective value
-    text: str  # why, in words
-    source: str | None = None  # for an agent: "agent" or "global" (where the given value came from)
-
 
 class BlockReport(msgspec.Struct, frozen=True, kw_only=True):
     """The effective settings of the global block or of one agent."""
@@ -104,24 +76,6 @@ class ConfigReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def show(value: Any) -> str:
-    """A JSON value as the config's author wrote it (``'thirty'``, ``null``, ``true``, ``Infinity``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
-    if isinstance(value, (dict, list)):
-        text = msgspec.json.encode(value).decode()
-        return text if len(text) <= 40 else text[:37] + "..."
-    return repr(value)
 
 
 def suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
@@ -204,130 +158,10 @@ def cap_warnings(block: Any, where: str) -> list[str]:
 
 
 def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, list[Note]]:
-    """The effective settings of an (overlaid) block and a note per value replaced.
-
-    ``agent_block`` (the agent's own block before overlay) only labels each
-    note with where its value came from. Equal to :func:`resolve_block` by
-    construction of the same rules, and checked against it in the tests.
-    """
-    if not isinstance(block, dict):
-        block = {}
+    """The effective settings of an (overlaid) block and a note per value replaced: the engine's own
+    :func:`~loopwarden.schemas.config.resolve_block`, asked to record its notes."""
     notes: list[Note] = []
-    agent = agent_block if isinstance(agent_block, dict) else None
-
-    def origin(key: str, nested: str | None = None) -> str | None:
-        if agent_block is None:
-            return None
-        if nested is None:
-            return "agent" if agent is not None and key in agent else "global"
-        inner = agent.get(nested) if agent is not None else None
-        return "agent" if isinstance(inner, dict) and key in inner else "global"
-
-    def note(key: str, value: Any, text: str, source: str | None) -> None:
-        notes.append(Note(key=key, value=value, text=text, source=source))
-
-    values: dict[str, Any] = {}
-    for key, field, default in _NUMERIC:
-        raw = block.get(key, msgspec.UNSET)
-        value = default if raw is msgspec.UNSET else _positive_int(raw, default, key)
-        values[field] = value
-        if raw is not msgspec.UNSET and not (value == raw and not isinstance(raw, bool)):
-            if _positive_int(raw, default) != value:  # above its cap
-                note(key, value, f"{key} {show(raw)} is above the cap {value}: {value}", origin(key))
-            else:
-                why = "null" if raw is None else f"{show(raw)} is not a positive integer"
-                note(key, value, f"{key} {why}: default {default}", origin(key))
-    warning, critical = values["warning_threshold"], values["critical_threshold"]
-    if critical <= warning:
-        values["critical_threshold"] = warning + 1
-        note(
-            "criticalThreshold",
-            warning + 1,
-            f"criticalThreshold {critical} ≤ warningThreshold {warning}: raised to {warning + 1}",
-            origin("criticalThreshold"),
-        )
-    critical, global_ = values["critical_threshold"], values["global_circuit_breaker_threshold"]
-    if global_ <= critical:
-        values["global_circuit_breaker_threshold"] = critical + 1
-        note(
-            "globalCircuitBreakerThreshold",
-            critical + 1,
-            f"globalCircuitBreakerThreshold {global_} ≤ criticalThreshold {critical}: raised to {critical + 1}",
-            origin("globalCircuitBreakerThreshold"),
-        )
-
-    enabled = block.get("enabled", msgspec.UNSET)
-    on = enabled is not msgspec.UNSET and _truthy(enabled)
-    if enabled is msgspec.UNSET or enabled is None:
-        note(
-            "enabled",
-            False,
-            f"enabled {'not set' if enabled is msgspec.UNSET else 'null'}: the rolling detectors"
-            " are off (calls are still recorded and the post-compaction guard is on)",
-            origin("enabled"),
-        )
-    elif not isinstance(enabled, bool):
-        extra = (
-            ""
-            if on
-            else " (calls are still recorded and the post-compaction guard is on: only exactly false turns those off)"
-        )
-        note("enabled", on, f"enabled {show(enabled)} is not a boolean: counts as {show(on)}{extra}", origin("enabled"))
-    if on and values["warning_threshold"] < BUCKET:
-        note(
-            "warningThreshold",
-            values["warning_threshold"],
-            f"warningThreshold {values['warning_threshold']} < {BUCKET}: warnings are published only when a count "
-            f"reaches {BUCKET}, {2 * BUCKET}, ..., so counts below {BUCKET} warn nobody",
-            origin("warningThreshold"),
-        )
-
-    detectors = block.get("detectors")
-    if detectors is not None and not isinstance(detectors, dict):
-        note("detectors", True, f"detectors {show(detectors)} is not an object: every detector on", origin("detectors"))
-    detectors = detectors if isinstance(detectors, dict) else {}
-    for key, field in _SWITCHES:
-        raw = detectors.get(key, msgspec.UNSET)
-        values[field] = True if raw is msgspec.UNSET or raw is None else _truthy(raw)
-        if raw is None or (raw is not msgspec.UNSET and not isinstance(raw, bool)):
-            why = (
-                "null: default true"
-                if raw is None
-                else f"{show(raw)} is not a boolean: counts as {show(values[field])}"
-            )
-            note(f"detectors.{key}", values[field], f"detectors.{key} {why}", origin(key, "detectors"))
-
-    guard = block.get("postCompactionGuard")
-    if guard is not None and not isinstance(guard, dict):
-        note(
-            "postCompactionGuard",
-            DEFAULT_GUARD_WINDOW,
-            f"postCompactionGuard {show(guard)} is not an object: windowSize {DEFAULT_GUARD_WINDOW}",
-            origin("postCompactionGuard"),
-        )
-    guard = guard if isinstance(guard, dict) else {}
-    raw = guard.get("windowSize", msgspec.UNSET)
-    window = DEFAULT_GUARD_WINDOW if raw is msgspec.UNSET else _positive_int(raw, DEFAULT_GUARD_WINDOW, "windowSize")
-    values["guard_window"] = window
-    if raw is not msgspec.UNSET and _positive_int(raw, DEFAULT_GUARD_WINDOW) != window:  # above its cap
-        note(
-            "postCompactionGuard.windowSize",
-            window,
-            f"postCompactionGuard.windowSize {show(raw)} is above the cap {window}: {window}",
-            origin("windowSize", "postCompactionGuard"),
-        )
-    elif raw is not msgspec.UNSET and not (window == raw and not isinstance(raw, bool)):
-        why = "null" if raw is None else f"{show(raw)} is not a positive integer"
-        note(
-            "postCompactionGuard.windowSize",
-            values["guard_window"],
-            f"postCompactionGuard.windowSize {why}: default {DEFAULT_GUARD_WINDOW}",
-            origin("windowSize", "postCompactionGuard"),
-        )
-    effective = ResolvedConfig(
-        enabled=on, record_calls=enabled is not False, guard_enabled=enabled is not False, **values
-    )
-    return effective, notes
+    return resolve_block(block, notes, agent_block), notes
 
 
 def check_document(doc: Any, source: str | None = None) -> ConfigReport:

@@ -1,7 +1,8 @@
 """``loopwarden replay``: the worker's detection path over a JSONL trace, offline.
 
-Imports neither Faust nor aiokafka, so it starts fast; it calls the same
-:func:`loopwarden.detection.step` the worker calls.
+Imports neither Faust nor aiokafka, so it starts fast; each event is decided by
+the worker's own :func:`loopwarden.detection.decision.decide_event` (verdict ids
+``<event_index>:<n>``, time from the events' ``ts``); replay only prints it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from loopwarden.detection import RunState, enforcement, step
+from loopwarden.detection import RunState, enforcement
+from loopwarden.detection.decision import decide_event
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
 from loopwarden.schemas.jsvalues import js_trim, json_bytes
@@ -116,6 +118,7 @@ def replay_lines(
         from loopwarden.fleet.offline import FleetTrace
 
         fleet = FleetTrace(config)
+    board = fleet.board if fleet is not None else None
     states: dict[tuple[str, str], RunState] = {}
     index = -1
     for lineno, line in enumerate(lines, 1):
@@ -129,51 +132,32 @@ def replay_lines(
             continue
         key = state_key(event)
         before = states.get(key)
-        found = enforcement.violation(before, event)
-        result = (
-            step(before, event, config.resolve(event.agent_id), ext=config.extensions_of(event))
-            if fleet is None
-            else fleet.step(before, event)
+        agent = event.agent_id
+        d = decide_event(
+            before,
+            event,
+            config.resolve(agent),
+            config.extensions_of(event),
+            now=event.ts or 0.0,
+            origin=index,
+            board=board,
         )
-        if result.state is None:
+        if d.state is None:
             states.pop(key, None)
         else:
-            states[key] = result.state
-        if result.duplicate:
+            states[key] = d.state
+        if d.duplicate:
             continue
-        published = []
-        for det in result.detections:
+        for det in d.detections:
             yield detection_row(index, event, det)
-            if det.emitted:
-                published.append((f"{index}:{len(published)}", det))
-        n = len(published)
-
-        def next_id() -> str:
-            nonlocal n
-            n += 1
-            return f"{index}:{n - 1}"  # noqa: B023 (called within this iteration only)
-
-        extra = (
-            enforcement.after_step(
-                result.state,
-                event,
-                found,
-                published,
-                next_id,
-                event.ts or 0.0,
-                config.extensions(event.agent_id).escalation,
-            )
-            if published or found or (result.state is not None and result.state.enforcement is not None)
-            else ()
-        )
-        if enforcement_rows and found is not None:
-            yield violation_row(index, event, found)
-        for _, det in extra:
-            yield detection_row(index, event, det)
+        if enforcement_rows and d.violation is not None:
+            yield violation_row(index, event, d.violation)
+        for v in d.escalations:
+            yield detection_row(index, event, v.detection)
         if enforcement_rows and isinstance(event, VerdictAck):
             yield ack_row(index, event)
         if fleet is not None:
-            for record in fleet.after(before, event, result):
+            for record in fleet.after(before, event, d):
                 yield {"event_index": index, **msgspec.to_builtins(record)}
 
 

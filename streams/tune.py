@@ -1,8 +1,9 @@
 """``loopwarden tune``: what a config would do to recorded runs, and how that moves with a knob.
 
 For every setting (the config as given, or each point of a ``--sweep`` grid)
-the recorded events go through the engine's own :func:`loopwarden.detection.step`,
-exactly as in ``replay``, and the outcome is counted per detector and per
+each recorded event is decided by :func:`loopwarden.detection.decision.decide_event`,
+the decision the worker and ``replay`` make (extensions included: escalation
+aborts, the fleet response), and the outcome is counted per detector and per
 agent: runs warned (a warning the runner would be shown), blocked, aborted,
 the call of the run where that first happened, the calls a block refuses and
 the tokens spent producing them, and the tokens charged to loops. Events are
@@ -25,9 +26,10 @@ from typing import NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from loopwarden.detection import step
+from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
+from loopwarden.replay import is_blank
 from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
 from loopwarden.schemas.config_check import detection_off_notice
 from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
@@ -57,6 +59,7 @@ class Prepared(NamedTuple):
     bad_lines: int
     has_usage: bool
     has_cost: bool
+    lines: list[int]  # per event, its index among the non-blank lines (replay's event_index)
 
 
 class Counts(msgspec.Struct, kw_only=True):
@@ -117,15 +120,17 @@ def prepare(lines: Iterable[bytes | str], profile: bool = False) -> Prepared:
     profile) an ``exec`` or ``write`` call is enough too: failing commands and
     rewrites of one file count without repeating a signature.
     """
-    events, keys, runs, calls, tokens, costs, run_agents = [], [], [], [], [], [], []
+    events, keys, runs, calls, tokens, costs, run_agents, indices = [], [], [], [], [], [], [], []
     seen_sigs: list[set[str]] = []
     live: list[bool] = []
     current: dict[tuple[str, str], list[int]] = {}  # state key -> [run number, calls so far]
     bad = 0
     has_usage = has_cost = False
+    index = -1
     for line in lines:
-        if not line or line.isspace():
+        if is_blank(line):
             continue
+        index += 1
         try:
             event = decode_event(line)
         except EventDecodeError:
@@ -168,13 +173,14 @@ def prepare(lines: Iterable[bytes | str], profile: bool = False) -> Prepared:
         elif isinstance(event, RunEnd):
             del current[key]
         events.append(event)
+        indices.append(index)
         keys.append(key)
         runs.append(run[0])
         calls.append(run[1])
         tokens.append(t)
         costs.append(c)
     active = [i for i, run in enumerate(runs) if live[run]]
-    return Prepared(events, keys, runs, calls, tokens, costs, run_agents, active, bad, has_usage, has_cost)
+    return Prepared(events, keys, runs, calls, tokens, costs, run_agents, active, bad, has_usage, has_cost, indices)
 
 
 # ------------------------------------------------------------------ settings
@@ -250,27 +256,55 @@ class _Tally:
         self.loop_cost = 0.0
 
 
-def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str, str], _Tally]:
-    """One pass of ``step()`` over the prepared trace (replay's code path)."""
+def enforcing(fleet: FleetConfig) -> FleetConfig:
+    """The fleet with ``loopwarden.shadow`` off everywhere: tune asks what enforcing would do."""
+
+    def unshadowed(block):
+        return {k: v for k, v in block.items() if k != "shadow"} if isinstance(block, dict) else block
+
+    agent_ext = {agent: unshadowed(block) for agent, block in fleet.agent_ext.items()}
+    return FleetConfig(fleet.global_block, fleet.agent_blocks, unshadowed(fleet.global_ext), agent_ext)
+
+
+def decisions(prep: Prepared, fleet: FleetConfig, tick=None) -> Iterator[tuple[int, EventDecision]]:
+    """Each event's decision (:func:`~loopwarden.detection.decision.decide_event`, as in replay and
+    the worker), with its index in ``prep.events``. Runs no setting can detect anything in are
+    skipped unless a fleet-wide extension is on (its incidents may block any run's calls)."""
     states: dict = {}
-    tallies: dict[tuple[str, str], _Tally] = {}
-    resolve = fleet.resolve
-    extensions_of = fleet.extensions_of  # the loopwarden block, as the worker and replay apply it
-    calls, tokens, runs, agents, keys = prep.calls, prep.tokens, prep.runs, prep.run_agents, prep.keys
-    events = prep.events
-    active = prep.active
-    for j, i in enumerate(active):
+    resolve, extensions_of = fleet.resolve, fleet.extensions_of
+    events, keys, lines = prep.events, prep.keys, prep.lines
+    fleet_side = None
+    if fleet.fleet_wide():
+        from loopwarden.fleet.offline import FleetTrace
+
+        fleet_side = FleetTrace(fleet)
+    board = fleet_side.board if fleet_side is not None else None
+    for j, i in enumerate(prep.active if fleet_side is None else range(len(events))):
         if tick is not None and not j & 4095:
             tick(i)
         event = events[i]
         key = keys[i]
-        result = step(states.get(key), event, resolve(event.agent_id), ext=extensions_of(event))
-        if result.state is None:
+        agent = event.agent_id
+        before = states.get(key)
+        d = decide_event(
+            before, event, resolve(agent), extensions_of(event), now=event.ts or 0.0, origin=lines[i], board=board
+        )
+        if d.state is None:
             states.pop(key, None)
         else:
-            states[key] = result.state
-        charge = result.charge
-        if not result.detections and charge is None:
+            states[key] = d.state
+        if fleet_side is not None:
+            fleet_side.after(before, event, d)
+        yield i, d
+
+
+def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str, str], _Tally]:
+    """Count one setting's decisions over the prepared trace per (agent, detector)."""
+    tallies: dict[tuple[str, str], _Tally] = {}
+    calls, tokens, runs, agents = prep.calls, prep.tokens, prep.runs, prep.run_agents
+    for i, d in decisions(prep, fleet, tick):
+        charge = d.charge
+        if not d.detections and not d.escalations and charge is None:
             continue
         run = runs[i]
         if charge is not None:
@@ -279,7 +313,7 @@ def run_setting(prep: Prepared, fleet: FleetConfig, tick=None) -> dict[tuple[str
                 t = tallies[(agents[run], charge.detector)] = _Tally()
             t.loop_tokens += charge.tokens
             t.loop_cost += charge.cost or 0.0
-        for det in result.detections:
+        for det in (*d.detections, *(v.detection for v in d.escalations)):
             t = tallies.get((agents[run], det.detector))
             if t is None:
                 t = tallies[(agents[run], det.detector)] = _Tally()
@@ -384,6 +418,7 @@ def tune(prep: Prepared, fleet: FleetConfig, points: list[dict[str, int]], progr
     """
     global _FORKED
     start = time.perf_counter()
+    fleet = enforcing(fleet)
     settings: list[Setting] = []
     n = len(prep.events)
     jobs = min(jobs, len(points))

@@ -1,14 +1,22 @@
 """Whether a run obeys its verdicts: acks awaited, violations noticed, escalation.
 
 Beside the rules, never inside them: :func:`loopwarden.detection.step` and its
-verdicts are the same with or without this module. The worker calls it
-around ``step()``:
+verdicts are the same with or without this module.
+:func:`loopwarden.detection.decision.decide_event` (the decision of the worker,
+replay and tune) calls it around ``step()``:
 
 - :func:`violation` *before* ``step()`` (which forgets a blocked call id when
   its result arrives) says whether the event disobeys a verdict: the result
   of a blocked call that is not the veto (the tool ran anyway; ``step()``
   still takes it as the veto, so the run's history does not change), or a
-  tool call after the run's abort. It reads and changes nothing.
+  tool call after the run's abort. A *gated* call after the abort (one that
+  raced the abort verdict) is judged by its result instead: the runner
+  answers it with the abort and reports the veto as its result, which is
+  obedience; any other result is the ``call_after_abort``. It reads and
+  changes nothing.
+- Only enforced verdicts are noted: a shadowed one (``loopwarden.shadow``)
+  awaits no ack, counts towards no escalation and makes no later call a
+  violation (the run goes on as without it).
 - :func:`published` notes each published warn/block/abort verdict (it then
   awaits an ack); :func:`acked` matches a ``verdict_ack``; :func:`overdue`
   takes out verdicts unacknowledged past a deadline (counted once each).
@@ -21,6 +29,7 @@ verdict, so runs without verdicts carry nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -66,13 +75,15 @@ def violation(state: RunState | None, event: Any) -> Violation | None:
     if enf is None and not state.blocked and not state.blocked_without_id:
         return None  # no verdict to disobey: the usual run, answered before any type test
     if isinstance(event, ToolCall):
-        if enf is not None and enf.abort_id is not None:
+        if enf is not None and enf.abort_id is not None and not _judged_by_result(event):
             return Violation("call_after_abort", enf.abort_id)
         return None
     if isinstance(event, ToolResult):
         call_id = event.tool_call_id
         if call_id:
             if call_id not in state.blocked:
+                if enf is not None and call_id in enf.after_abort and not _is_veto(event):
+                    return Violation("call_after_abort", enf.abort_id)
                 return None
             verdict_id = enf.block_ids.get(call_id) if enf is not None else None
         elif state.blocked_without_id:
@@ -84,11 +95,29 @@ def violation(state: RunState | None, event: Any) -> Violation | None:
     return None
 
 
+def _judged_by_result(event: ToolCall) -> bool:
+    """A gated call with an id: the runner refuses it once aborted, and its result says whether it did."""
+    return bool(event.await_decision and event.tool_call_id)
+
+
 def forget_block(state: RunState, event: Any) -> None:
-    """After ``step()`` took a blocked call's result: its verdict id is no longer needed."""
+    """After ``step()`` took a call's result: its block's verdict id (or its abort watch) is no longer needed."""
     enf = state.enforcement
-    if enf is not None and enf.block_ids and isinstance(event, ToolResult) and event.tool_call_id:
-        enf.block_ids.pop(event.tool_call_id, None)
+    if enf is not None and isinstance(event, ToolResult) and event.tool_call_id:
+        if enf.block_ids:
+            enf.block_ids.pop(event.tool_call_id, None)
+        if enf.after_abort and event.tool_call_id in enf.after_abort:
+            enf.after_abort.remove(event.tool_call_id)
+
+
+def _watch_after_abort(enf: Enforcement, event: ToolCall) -> None:
+    """Note a gated call asked after the abort: its result is judged (:func:`violation`)."""
+    watched = enf.after_abort
+    if event.tool_call_id is None:  # the caller watches only calls with an id
+        return
+    watched.append(event.tool_call_id)
+    if len(watched) > MAX_AWAITED_ACKS:
+        del watched[0]
 
 
 def _escalate(enf: Enforcement, tool: str, why: str, count: int) -> Detection:
@@ -180,16 +209,19 @@ def after_step(
     state: RunState | None,
     event: Any,
     found: Violation | None,
-    verdicts: list[tuple[str, Detection]],
+    verdicts: Sequence[tuple[str, Detection]],
     next_id: Any,
     now: float,
     esc: Escalation,
 ) -> list[tuple[str, Detection]]:
     """Everything after ``step()`` published ``verdicts`` (id, detection) for ``event``; ``found`` is
     :func:`violation`'s answer from before it. Returns the escalation aborts to publish too, with
-    ids from ``next_id()`` (the worker and ``replay`` share this, so both say the same)."""
+    ids from ``next_id()``. ``verdicts`` are the enforced ones only: a shadowed verdict is noted nowhere."""
     if state is None:
         return []
+    enf = state.enforcement
+    if enf is not None and enf.abort_id is not None and isinstance(event, ToolCall) and _judged_by_result(event):
+        _watch_after_abort(enf, event)  # aborted before this call: its result says whether it ran
     if not verdicts and found is None:  # the usual event of a watched run: nothing published, nothing broken
         forget_block(state, event)
         return []

@@ -180,6 +180,10 @@ class Enforcement(msgspec.Struct, array_like=True):
     violations: int = 0
     blocks: int = 0
     escalated: bool = False
+    # Gated calls made after the abort: the runner refuses them (their results are the veto), so
+    # each is judged by its result, not as a call_after_abort when it is asked. Last, optional:
+    # states stored before it still decode.
+    after_abort: list[str] = msgspec.field(default_factory=list)
 
 
 class RunState(msgspec.Struct, array_like=True, dict=True):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 
-from loopwarden.detection.engine import StepResult
+from loopwarden.detection.decision import EventDecision
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
-from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.fleet.response import IncidentBoard
 from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.fleet import FinishedRun, Incident, Signal
@@ -69,18 +69,15 @@ class FleetSide:
 
 
 class FleetTrace:
-    """Run side and fleet side of one trace: the step to call, and the fleet records after it."""
+    """Run side and fleet side of one trace: the incident :attr:`board` each event is decided with
+    (:func:`~loopwarden.detection.decision.decide_event`), and the fleet records after it."""
 
     def __init__(self, config: FleetConfig) -> None:
         self.config = config
         self.side = FleetSide(config)
         self.board = IncidentBoard()
 
-    def step(self, state: RunState | None, event: Event) -> StepResult:
-        aid = event.agent_id
-        return fleet_step(state, event, self.config.resolve(aid), self.config.extensions_of(event), self.board)
-
-    def after(self, state_in: RunState | None, event: Event, result: StepResult) -> list[Incident | Verdict]:
+    def after(self, state_in: RunState | None, event: Event, result: EventDecision) -> list[Incident | Verdict]:
         side = self.side
         out: list[Incident | Verdict] = list(side.advance(event.ts)) if event.ts is not None else []
         now = side.watermark if side.watermark > -math.inf else 0.0

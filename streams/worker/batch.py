@@ -2,9 +2,11 @@
 
 :func:`apply_batch` screens and decodes each record, reads its run's value
 once per batch, skips events at or below the value's applied offset (a
-replay after a crash or rebalance), runs ``step()`` and builds what must be
-published (verdicts, dead letters) and what must be stored (one new value
-per touched run). It performs no I/O beyond the ``read`` callback it is
+replay after a crash or rebalance), has each event decided by
+:func:`~loopwarden.detection.decision.decide_event` (the decision replay and
+tune make too) and builds what must be published (verdicts named by their
+record, violations, dead letters) and what must be stored (one new value per
+touched run), counting it all for the metrics. It performs no I/O beyond the ``read`` callback it is
 given, so every rule of the batch path is unit-tested in-process; the order
 in which these effects reach Kafka and RocksDB is the committer's job
 (:mod:`loopwarden.worker.committer`).
@@ -20,9 +22,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from loopwarden.detection import enforcement, step
+from loopwarden.detection.decision import decide_event
+from loopwarden.detection.enforcement import Violation
+from loopwarden.fleet.response import IncidentBoard
 from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
+from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
 from loopwarden.worker.exposure import keyed_hashes
 from loopwarden.worker.runcodec import RunValue, adopt_legacy, state_key
@@ -97,14 +101,8 @@ class BatchResult(msgspec.Struct, kw_only=True):
 
 
 ReadFn = Callable[[int, bytes], "RunValue | None"]  # (partition, table key) -> value before this batch
-# (state, event, fleet config) -> StepResult: step() with the agent's settings; a hook for the fleet response
-StepFn = Callable[[Any, Any, FleetConfig], Any]
-# (state before, event, step result) -> [(topic, key, value)]: extra records to publish before the state
+# (state before, event, decision) -> [(topic, key, value)]: extra records to publish before the state
 AfterStepFn = Callable[[Any, Any, Any], list]
-
-
-def default_step(state: Any, event: Any, fleet: FleetConfig) -> Any:
-    return step(state, event, fleet.resolve(event.agent_id), ext=fleet.extensions_of(event))
 
 
 def verdict_for(det: Detection, event: Any, verdict_id: str, now: float, hash_key: bytes | None = None) -> Verdict:
@@ -133,7 +131,7 @@ def verdict_for(det: Detection, event: Any, verdict_id: str, now: float, hash_ke
     )
 
 
-def violation_for(found: enforcement.Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
+def violation_for(found: Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
     """The published form of a violation (:mod:`loopwarden.detection.enforcement`)."""
     return VerdictViolation(
         violation_id=violation_id,
@@ -147,71 +145,6 @@ def violation_for(found: enforcement.Violation, event: Any, violation_id: str, n
         event_ts=event.ts,
         ts=now,
     )
-
-
-def _enforce(
-    event: Any,
-    before: RunValue | None,
-    found: enforcement.Violation | None,
-    state: Any,
-    published: list,
-    source: str,
-    rkey: bytes,
-    now: float,
-    fleet: FleetConfig,
-    limits: Limits,
-    counts: Counts,
-    outgoing: list,
-    index: int,
-) -> int:
-    """Acks, deadlines, violations and escalation for one applied event; returns verdicts added.
-
-    ``published`` are the event's enforced verdicts; ``index`` numbers the next verdict id of the event.
-    """
-    if isinstance(event, VerdictAck):
-        counts.acks[event.outcome] += 1
-        latency = enforcement.acked(state, event.verdict_id, now)
-        if latency is not None:
-            counts.ack_seconds.append(latency)
-    elif isinstance(event, RunEnd) and before is not None:
-        for action in enforcement.unacked_at_end(before.state):
-            counts.unacked[action] += 1
-        return 0
-    for action in enforcement.overdue(state, now, limits.ack_timeout):
-        counts.unacked[action] += 1
-    if found is not None:
-        counts.violations[found.kind] += 1
-        outgoing.append(
-            Outgoing(
-                limits.control_topic,
-                rkey,
-                encode_verdict(violation_for(found, event, f"{source}:violation", now)),
-                source,
-            )
-        )
-    if not published and found is None and (state is None or state.enforcement is None):
-        return 0  # nothing to note: runs without verdicts pay nothing more
-
-    def next_id() -> str:
-        nonlocal index
-        index += 1
-        return f"{source}:{index - 1}"
-
-    extra = enforcement.after_step(
-        state, event, found, published, next_id, now, fleet.extensions(event.agent_id).escalation
-    )
-    for verdict_id, det in extra:
-        counts.verdicts[(det.action, det.detector, "enforce")] += 1
-        outgoing.append(
-            Outgoing(
-                limits.control_topic,
-                rkey,
-                encode_verdict(verdict_for(det, event, verdict_id, now, limits.hash_key)),
-                source,
-                event.ts,
-            )
-        )
-    return len(extra)
 
 
 def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:
@@ -241,6 +174,11 @@ class StepSampler:
         self.every = every
 
 
+def record_source(msg: Record) -> str:
+    """``topic:partition:offset``: names the record a verdict answers (the prefix of its verdict ids)."""
+    return f"{msg.topic}:{msg.partition}:{msg.offset}"
+
+
 def apply_batch(
     records: Iterable[Record],
     read: ReadFn,
@@ -249,10 +187,14 @@ def apply_batch(
     tool_label: Callable[[str | None], str] = lambda name: "other",
     now: float | None = None,
     sampler: StepSampler | None = None,
-    stepper: StepFn = default_step,
+    board: IncidentBoard | None = None,
     after_step: AfterStepFn | None = None,
 ) -> BatchResult:
-    """Apply ``records`` in order; nothing is published or stored here (see the module docstring)."""
+    """Apply ``records`` in order; nothing is published or stored here (see the module docstring).
+
+    Each event is decided by :func:`~loopwarden.detection.decision.decide_event`; this function
+    only names, encodes and counts what it decided. ``board``: the open incidents (fleet response).
+    """
     now = time.time() if now is None else now
     sampler = sampler or StepSampler()
     perf = time.perf_counter
@@ -264,11 +206,9 @@ def apply_batch(
     # (agent, session, run, origin) -> (Kafka key, table key, config, extensions): all four derive from
     # those (one fleet config per batch), so they are worked out once per run per batch, not per event.
     keys: dict[tuple[str, str | None, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
-    plain = stepper is default_step  # no fleet hooks: step() with the memoized settings, one call less
     control, shadow_topic = limits.control_topic, limits.shadow_topic
-    max_bytes, max_depth = limits.max_event_bytes, limits.max_depth
+    max_bytes, max_depth, ack_timeout = limits.max_event_bytes, limits.max_depth, limits.ack_timeout
     types = counts.types
-    violation = enforcement.violation
     tick, every = sampler.n, sampler.every
     n = 0
 
@@ -325,13 +265,11 @@ def apply_batch(
         tick += 1
         timed = not tick % every
         t0 = perf() if timed else 0.0
+        state_in = value.state if value is not None else None
         try:
-            state_in = value.state if value is not None else None
-            found = violation(state_in, event)
-            if plain:
-                result = step(state_in, event, known[2], ext=known[3])
-            else:
-                result = stepper(state_in, event, fleet)
+            # positional: this runs once per event (state, event, config, ext, now, origin, name_origin,
+            # ack_timeout, board)
+            d = decide_event(state_in, event, known[2], known[3], now, msg, record_source, ack_timeout, board)
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             source = f"{topic}:{partition}:{offset}"
             log.exception("step() failed at %s", source)
@@ -343,56 +281,59 @@ def apply_batch(
             continue
         if timed:
             counts.step_seconds.append(perf() - t0)
-        values[slot] = writes[slot] = RunValue(offset, now, result.state)
-        if result.duplicate:
+        values[slot] = writes[slot] = RunValue(offset, now, d.state)
+        if d.duplicate:
             counts.duplicates += 1
             continue
-        if result.guard_armed:
+        if d.guard_armed:
             counts.guard_arms += 1
-        charge = result.charge
+        charge = d.charge
         if charge is not None:  # set also on steps without detections (calls to a blocked signature)
             labels = (charge.detector, tool_label(charge.tool_name), "shadow" if charge.shadow else "enforce")
             counts.loop_tokens[labels] += charge.tokens
             if charge.cost is not None:
                 counts.loop_cost[labels] += charge.cost
-        gated = cls is ToolCall and event.await_decision
-        extra = after_step(state_in, event, result) if after_step is not None else ()
-        if not (
-            result.detections
-            or gated
-            or extra
-            or found is not None
-            or cls is VerdictAck
-            or (state_in is not None and state_in.enforcement is not None)
-        ):  # acks, obedience: watched
-            continue  # the common case: nothing to publish for this event
-        source = f"{topic}:{partition}:{offset}"  # built only for what is published: it names the verdict
-        for topic_, key_, value_ in extra:
-            outgoing.append(Outgoing(topic_, key_, value_, source))
-        index = 0  # verdict ids are numbered per event across both topics, so they never collide
-        published: list[tuple[str, Detection]] = []  # enforced: acks, obedience and escalation follow them
-        for det in result.detections:
+        if after_step is not None:
+            for topic_, key_, value_ in after_step(state_in, event, d):
+                outgoing.append(Outgoing(topic_, key_, value_, f"{topic}:{partition}:{offset}"))
+        source = d.source  # set when the event decided a verdict or an allow
+        if source is None and d.violation is None and not d.detections and not d.unacked and cls is not VerdictAck:
+            continue  # the common case: nothing to publish or count for this event
+        for det in d.detections:
             mode = "shadow" if det.shadow else "enforce"
             counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
-            if not det.emitted:
-                continue
-            verdict = verdict_for(det, event, f"{source}:{index}", now, limits.hash_key)
-            index += 1
+        if cls is VerdictAck:
+            counts.acks[event.outcome] += 1
+            if d.acked:
+                counts.ack_seconds.append(d.ack_seconds)
+        for action in d.unacked:
+            counts.unacked[action] += 1
+        for v in d.verdicts:  # shadowed: the run goes on as without loopwarden, nothing on the control topic
+            det = v.detection
+            mode = "enforce" if v.enforced else "shadow"
             counts.verdicts[(det.action, det.detector, mode)] += 1
-            if det.shadow:  # the run goes on as without loopwarden: nothing on the control topic
-                outgoing.append(Outgoing(shadow_topic, rkey, encode_verdict(verdict), source, event.ts))
-                continue
-            if det.detector == "compaction_loop_persisted":
+            if v.enforced and det.detector == "compaction_loop_persisted":
                 counts.guard_aborts += 1
+            verdict = verdict_for(det, event, f"{source}:{v.n}", now, limits.hash_key)
+            outgoing.append(
+                Outgoing(control if v.enforced else shadow_topic, rkey, encode_verdict(verdict), source, event.ts)
+            )
+        found = d.violation
+        if found is not None:
+            src = f"{topic}:{partition}:{offset}"
+            counts.violations[found.kind] += 1
+            outgoing.append(
+                Outgoing(control, rkey, encode_verdict(violation_for(found, event, f"{src}:violation", now)), src)
+            )
+        for v in d.escalations:
+            det = v.detection
+            counts.verdicts[(det.action, det.detector, "enforce")] += 1
+            verdict = verdict_for(det, event, f"{source}:{v.n}", now, limits.hash_key)
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
-            published.append((verdict.verdict_id, det))
-        enforced = len(published) + _enforce(
-            event, value, found, result.state, published, source, rkey, now, fleet, limits, counts, outgoing, index
-        )
-        if enforced == 0 and gated:  # shadowed detections only: the runner is answered as if none fired
+        if d.allow is not None:
             counts.verdicts[("allow", "none", "enforce")] += 1
             outgoing.append(
-                Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{index}", now)), source, event.ts)
+                Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{d.allow}", now)), source, event.ts)
             )
     sampler.n = tick
     return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts, records=n)

@@ -36,11 +36,11 @@ from typing import Any
 import faust
 import msgspec
 
-from loopwarden.detection.engine import StepResult
+from loopwarden.detection.decision import EventDecision
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
-from loopwarden.fleet.response import IncidentBoard, fleet_step
+from loopwarden.fleet.response import IncidentBoard
 from loopwarden.kafka.signing import Verifier
 from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
 from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for
@@ -54,7 +54,6 @@ from loopwarden.schemas.fleet import (
     signal_key,
 )
 from loopwarden.schemas.verdicts import Verdict
-from loopwarden.worker.batch import default_step
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
@@ -74,7 +73,7 @@ def fleet_topics(settings: Settings) -> tuple[str, str]:
 
 
 class FleetRuntime:
-    """The fleet side of one worker; :meth:`step` and :meth:`after_step` are the batch path's hooks."""
+    """The fleet side of one worker; :attr:`board` and :meth:`after_step` are the batch path's hooks."""
 
     def __init__(
         self, app: faust.App, settings: Settings, metrics: Metrics, fleet: Callable[[], FleetConfig], send: SendFn
@@ -136,20 +135,14 @@ class FleetRuntime:
 
     # -- run side (called by the batch path, per applied event) -----------------------------------
 
-    def hooks(self, fleet: FleetConfig) -> tuple[Any, Any]:
-        """The batch path's (stepper, after_step) for one batch: the plain step and no signals while no
-        incident is open and no agent has a fleet extension on (the common case pays nothing per event)."""
+    def hooks(self, fleet: FleetConfig) -> tuple[IncidentBoard | None, Any]:
+        """The batch path's (incident board, after_step) for one batch: neither while no incident is
+        open and no agent has a fleet extension on (the common case pays nothing per event)."""
         if not self.board and not fleet.fleet_wide():
-            return default_step, None
-        return self.step, self.after_step
+            return None, None
+        return self.board, self.after_step
 
-    def step(self, state: RunState | None, event: Event, fleet: FleetConfig) -> StepResult:
-        """``step()`` plus the fleet response while an incident is open (else exactly the default step)."""
-        if not self.board:
-            return default_step(state, event, fleet)
-        return fleet_step(state, event, fleet.resolve(event.agent_id), fleet.extensions_of(event), self.board)
-
-    def after_step(self, state_in: RunState | None, event: Event, result: StepResult) -> list:
+    def after_step(self, state_in: RunState | None, event: Event, result: EventDecision) -> list:
         """This step's signals for the repartition topics, as (topic, key, value) records to publish
         before the state that remembers them is written (the committer's order)."""
         if not isinstance(event, (ToolResult, RunEnd)):

@@ -20,7 +20,7 @@ import msgspec
 
 from loopwarden.detection import enforcement
 from loopwarden.detection.state import UnknownFormatVersion
-from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch, default_step
+from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch
 from loopwarden.worker.committer import Committer, SendFn
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
@@ -45,9 +45,9 @@ class RunProcessor:
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
-        # fleet config -> (stepper, after_step) of one batch: the fleet extensions' hooks
+        # fleet config -> (incident board, after_step) of one batch: the fleet extensions' hooks
         # (loopwarden.worker.fleet_agent)
-        self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (default_step, None)
+        self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (None, None)
         self.sampler = StepSampler()  # the step-time sample runs on across batches
         self.limits = Limits(
             control_topic=settings.control_topic,
@@ -77,7 +77,7 @@ class RunProcessor:
         """Apply a batch; return a future that is done once the batch is durable (then ack it)."""
         async with self.lock:
             fleet = self.fleet()
-            stepper, after_step = self.hooks(fleet)
+            board, after_step = self.hooks(fleet)
             result = apply_batch(
                 messages,
                 self.committer.read,
@@ -85,7 +85,7 @@ class RunProcessor:
                 self.limits,
                 self.metrics.tool,
                 sampler=self.sampler,
-                stepper=stepper,
+                board=board,
                 after_step=after_step,
             )
             self.positions.update(result.positions)

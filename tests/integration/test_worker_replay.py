@@ -130,3 +130,74 @@ def test_faust_stream_path_does_not_wait_for_state_flushes(tansu, names, workers
     assert worker.stop(timeout=20) == 0
     runs = {(e["agent_id"], e["run_id"]) for e in events}
     assert len({r.key for r in collect(tansu, changelog, idle=1.0, timeout=10)}) == len(runs)
+
+
+def test_a_generated_trace_decides_alike_live(tansu, names, workers, tmp_path):
+    """One trace of the unit property test (tests/unit/test_one_decision.py) through a real worker:
+    its control and shadow topics say what replay says, verdict for verdict, violations and escalation
+    aborts included, under shadow lists, escalation and per-agent overlays. (Fleet incidents stay off:
+    a live worker's incident board fills asynchronously, so when a block starts is not the trace's.)"""
+    import random
+
+    from tests.unit.test_one_decision import build_trace, replay_rows, worker_rows
+
+    doc = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "warningThreshold": 1,
+                "criticalThreshold": 2,
+                "globalCircuitBreakerThreshold": 4,
+                "unknownToolThreshold": 2,
+            }
+        },
+        "loopwarden": {"shadow": ["ping_pong"], "escalation": {"afterBlocks": 3, "afterViolations": 1}},
+        "agents": {
+            "list": [
+                {"id": "b", "loopwarden": {"shadow": True}},
+                {"id": "c", "tools": {"loopDetection": {"warningThreshold": 2}}},
+            ]
+        },
+    }
+    config = tmp_path / "loop.json5"
+    config.write_text(json.dumps(doc))
+    fleet = load_config(config)
+    rng = random.Random(22)
+    events = build_trace([rng.getrandbits(64) for _ in range(160)], tools=("read", "exec"), params=({"p": 1},))
+    expected = replay_rows(events, fleet)
+    kinds = {(r[1], r[3]) for r in expected}
+    assert {("escalation", "escalation"), ("violation", "ran_after_block"), ("violation", "call_after_abort")} <= kinds
+    assert any(r[7] for r in expected) and any(r[1] == "verdict" and not r[7] for r in expected)  # shadow, enforce
+    allows = [r for r in worker_rows(events, fleet) if r[1] == "allow"]
+    assert allows
+
+    worker = workers(names, config=config)
+    worker.wait_ready()
+    positions = produce_events(tansu, names.events, events, ts=False)
+    on_control = len([r for r in expected if not r[7]]) + len(allows)
+    on_shadow = len([r for r in expected if r[7]])
+    control = collect(tansu, names.control, until=lambda rs: len(rs) >= on_control, timeout=90)
+    shadow = collect(tansu, names.shadow, until=lambda rs: len(rs) >= on_shadow, timeout=30) if on_shadow else []
+
+    got = []
+    for record in [*control, *shadow]:
+        v = json.loads(record.value)
+        topic, partition, offset, last = v.get("violation_id", v.get("verdict_id")).rsplit(":", 3)
+        index = positions.index((int(partition), int(offset)))
+        assert topic == names.events and record.key == run_key(events[index]).encode()
+        if v["type"] == "verdict_violation":
+            named = v.get("verdict_id")
+            if named:
+                _, p, o, n = named.rsplit(":", 3)
+                named = f"{positions.index((int(p), int(o)))}:{n}"
+            got.append((index, "violation", None, v["kind"], None, None, None, False, named))
+        elif v["action"] == "allow":
+            got.append((index, "allow", int(last), None, "allow", None, None, False, None))
+        else:
+            what = "escalation" if v["detector"] == "escalation" else "verdict"
+            det = (v["detector"], v["action"], v["level"], v["count"], v.get("shadow", False), v["message"])
+            got.append((index, what, int(last), *det))
+    order = {"verdict": 0, "violation": 1, "escalation": 2, "allow": 3}
+    got.sort(key=lambda r: (r[0], order[r[1]], r[2] or 0))
+    assert [r for r in got if r[1] != "allow"] == expected
+    assert [r for r in got if r[1] == "allow"] == allows

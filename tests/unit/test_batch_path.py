@@ -163,12 +163,12 @@ def test_gated_call_gets_allow_and_engine_error_is_dead_lettered(monkeypatch):
     (out,) = res.outgoing
     assert json.loads(out.value)["action"] == "allow" and out.event_ts is None
 
-    import loopwarden.worker.batch as batch
+    import loopwarden.detection.decision as decision
 
     def boom(*a, **k):
         raise ZeroDivisionError("bug")
 
-    monkeypatch.setattr(batch, "step", boom)
+    monkeypatch.setattr(decision, "step", boom)  # a bug in the engine, inside the event's decision
     res = apply_batch([Rec("ev", 0, 1, b"r1", call(1))], lambda p, k: None, ENABLED, LIMITS)
     (out,) = res.outgoing
     assert out.topic == "dlq" and json.loads(out.value)["reason"] == "engine_error"

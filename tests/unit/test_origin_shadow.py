@@ -80,14 +80,23 @@ def test_observed_extensions_shadow_every_detector_and_keep_the_rest():
 
 def test_cross_run_warnings_of_span_runs_are_shadowed():
     doc = {**CONFIG, "loopwarden": {"crossRun": {"enabled": True, "runs": 2}}}
+    from loopwarden.detection.decision import decide_event
+
     trace = FleetTrace(FleetConfig.from_document(doc))
+
+    def decide(state, event):  # replay --incidents' own call
+        fleet = trace.config
+        return decide_event(
+            state, event, fleet.resolve(event.agent_id), fleet.extensions_of(event), now=0.0, board=trace.board
+        )
+
     out = []
     for run in ("r1", "r2"):
         state = None
         for e in loop_events(1, "otel"):
             event = decode_event(json.dumps({**e, "run_id": run, "session_id": "s"}))
-            state = trace.step(state, event).state
+            state = decide(state, event).state
         end = RunEnd(agent_id="a", session_id="s", run_id=run, ts=1.0, origin="otel")
-        result = trace.step(state, end)
+        result = decide(state, end)
         out += trace.after(state, end, result)
     assert [(v.detector, v.shadow, v.origin) for v in out] == [("cross_run_repeat", True, "otel")]

@@ -127,11 +127,19 @@ def test_version_2_is_version_1_behind_a_version_byte_with_every_slot_written():
         raw = raw[1:] if version == 2 else raw
         return msgspec.msgpack.decode(raw[1:] if raw[:1] == b"\x00" else raw)  # past the escape byte
 
-    assert body(2, "state") == [*body(1, "state"), None]
-    assert body(2, "state-no-usage") == [*body(1, "state-no-usage"), None, None]
+    # and Enforcement gained `after_abort` (a list, empty here) at its end
+    enf = RunState.__struct_fields__.index("enforcement")
+
+    def v1_as_v2(v1: list, tail: list) -> list:
+        out = [*v1, *tail]
+        out[enf] = [*out[enf], []]
+        return out
+
+    assert body(2, "state") == v1_as_v2(body(1, "state"), [None])
+    assert body(2, "state-no-usage") == v1_as_v2(body(1, "state-no-usage"), [None, None])
     for stem in ("value", "value-escaped"):
         v1, v2 = body(1, stem), body(2, stem)
-        assert v2[:2] == v1[:2] and v2[2] == [*v1[2], None]
+        assert v2[:2] == v1[:2] and v2[2] == v1_as_v2(v1[2], [None])
 
 
 @pytest.mark.parametrize("slots", [5, 7, 8, 9])
