@@ -27,13 +27,13 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "
 EXPECTED = ["allow"] * 10 + ["warn", "allow", "block", "block"]
 
 
-async def ensure(broker: EmbeddedBroker, names: Names) -> None:
+async def ensure(bootstrap: str, names: Names) -> None:
     from loopwarden.kafka.admin import ensure_topics
     from loopwarden.worker.settings import Settings
 
     await ensure_topics(
         Settings(
-            broker=broker.url,
+            broker=f"kafka://{bootstrap}",
             events_topic=names.events,
             control_topic=names.control,
             config_topic=names.config,
@@ -86,7 +86,7 @@ async def test_broker_down_at_start_then_up(tmp_path, caplog):
             assert buffered > 14
             broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
             try:
-                await ensure(broker, names)
+                await ensure(broker.bootstrap, names)
                 await until(lambda: client.connected and client.buffered == 0)
                 assert client.stats.events_sent == buffered and client.stats.events_dropped == 0
                 await until(lambda: client.listening)
@@ -113,7 +113,7 @@ async def test_broker_killed_mid_run_no_call_waits(tmp_path, caplog):
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
     with caplog.at_level(logging.WARNING):
         try:
-            await ensure(broker, names)
+            await ensure(broker.bootstrap, names)
             async with client_for(port, names, config=CONFIG) as client:
                 assert client.connected and client.listening
                 run = client.run("agent-k", run_id=f"r-{uuid.uuid4().hex[:8]}")
@@ -132,10 +132,29 @@ async def test_broker_killed_mid_run_no_call_waits(tmp_path, caplog):
                 await asyncio.sleep(3)  # an outage of some seconds: aiokafka retries ~10 times a second
                 # the broker comes back (empty: memory storage): the client reconnects and delivers the rest
                 broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu2.log").start()
-                await ensure(broker, names)
+                await ensure(broker.bootstrap, names)
                 await until(lambda: client.connected and client.buffered == 0)
         finally:
             broker.stop()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     ours = [r for r in caplog.records if r.name.startswith(("loopwarden", "aiokafka"))]
     assert len(ours) <= 30, [r.getMessage() for r in ours]
+
+
+async def test_local_decisions_follow_the_config_topic_from_start_and_live(tansu):
+    from .support import produce
+
+    names = Names("cfglocal")
+    await ensure(tansu, names)
+    block = {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}
+    await produce(tansu, names.config, [(b"*", json.dumps(block).encode())])
+    # no config file: the topic alone (read in full before start() returns) decides
+    async with client_for(int(tansu.rsplit(":", 1)[1]), names, decisions="local") as client:
+        assert client.local and client.fleet.resolve("agent-c").enabled
+        run = client.run("agent-c", run_id=f"r-{uuid.uuid4().hex[:8]}")
+        assert await drive(run, 14) == EXPECTED
+        # live: the agent's own record turns detection off for it
+        await produce(tansu, names.config, [(b"agent-c", json.dumps({"enabled": False}).encode())])
+        await until(lambda: not client.fleet.resolve("agent-c").enabled)
+        fresh = client.run("agent-c", run_id=f"r-{uuid.uuid4().hex[:8]}")
+        assert set(await drive(fresh, 14)) == {"allow"}
