@@ -43,7 +43,7 @@ class Gate:
         self.timeout = timeout
         self._runs: OrderedDict[str, Run] = OrderedDict()
         self._max_runs = max(1, max_runs)
-        self._pending: OrderedDict[str, Decision] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, str], Decision] = OrderedDict()  # (run key, call id)
         self._max_pending = max(1, max_pending)
 
     def run(self, ref: RunRef) -> Run:
@@ -88,13 +88,14 @@ class Gate:
 
     # decisions between "before the tool" and "after the tool" hooks (frameworks that split them)
 
-    def hold(self, call_id: str, decision: Decision) -> None:
-        self._pending[call_id] = decision
+    def hold(self, key: str, call_id: str, decision: Decision) -> None:
+        """Keep a call's decision until its outcome, per run: runs may number their call ids alike."""
+        self._pending[(key, call_id)] = decision
         if len(self._pending) > self._max_pending:
             self._pending.popitem(last=False)
 
-    def take(self, call_id: str) -> Decision | None:
-        return self._pending.pop(call_id, None)
+    def take(self, key: str, call_id: str) -> Decision | None:
+        return self._pending.pop((key, call_id), None)
 
     async def _quiet(self, awaitable: Any) -> None:
         try:
