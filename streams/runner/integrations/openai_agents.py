@@ -78,11 +78,13 @@ GUARDRAIL_NAME = "loopwarden"
 class _Scope:
     """One :meth:`LoopwardenGuardrails.run`: its run id and the runs it touched (ended at its end)."""
 
-    __slots__ = ("run_id", "refs")
+    __slots__ = ("run_id", "refs", "config", "agent")
 
-    def __init__(self) -> None:
+    def __init__(self, config: RunConfig, agent: Any) -> None:
         self.run_id = f"run_{uuid.uuid4().hex}"
         self.refs: dict[str, RunRef] = {}
+        self.config = config
+        self.agent = agent
 
 
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("loopwarden_openai_run", default=None)
@@ -115,11 +117,11 @@ class LoopwardenGuardrails:
         if self._resolve is not None:
             ref = self._resolve(ctx)
         else:
-            config = getattr(ctx, "run_config", None)
+            config = getattr(ctx, "run_config", None) or (scope.config if scope is not None else None)
+            agent = agent or getattr(ctx, "agent", None) or (scope.agent if scope is not None else None)
             trace = get_current_trace()
             run_id = trace.trace_id if trace is not None and trace.trace_id != "no-op" else None
             run_id = run_id or getattr(config, "trace_id", None) or (scope.run_id if scope is not None else None)
-            agent = agent or getattr(ctx, "agent", None)
             name = self.agent_id or getattr(agent, "name", None) or "openai-agents"
             ref = RunRef(agent_id=name, session_id=getattr(config, "group_id", None), run_id=run_id)
         if scope is not None and len(scope.refs) < 64:
@@ -143,10 +145,11 @@ class LoopwardenGuardrails:
     async def run(self, agent: Agent, input: Any, *, run_config: RunConfig | None = None, **kwargs: Any) -> Any:
         """``Runner.run`` with this guard's run config, a run id of its own (used when there is no trace
         id) and ``run_end`` for the run when it returns or raises (an abort acknowledged with it)."""
-        scope = _Scope()
+        config = self.run_config(run_config)
+        scope = _Scope(config, agent)
         token = _SCOPE.set(scope)
         try:
-            return await Runner.run(agent, input, run_config=self.run_config(run_config), **kwargs)
+            return await Runner.run(agent, input, run_config=config, **kwargs)
         finally:
             _SCOPE.reset(token)
             for ref in scope.refs.values():
@@ -199,7 +202,12 @@ class LoopwardenGuardrails:
             )
         return ToolGuardrailFunctionOutput.allow(output_info=decision)
 
-    async def compaction_retry(self, ref: RunRef, reason: str | None = None) -> None:
+    async def compaction_retry(self, where: Any = None, reason: str | None = None) -> None:
+        """Report that a run compacted its context and retries (arms the post-compaction guard).
+
+        ``where``: a :class:`RunRef`; or a ``ToolContext``/``RunContextWrapper`` of the run (e.g. in a
+        hook); or nothing, inside :meth:`run` (the current run)."""
+        ref = where if isinstance(where, RunRef) else self.ref(where)
         await self.gate.compaction_retry(ref, reason)
 
     async def end(self, ref: RunRef) -> None:
