@@ -23,7 +23,9 @@ by hand (``check`` + ``tool_result``): what the adapters add on top of it is
 their own overhead. No model runs: its time is the same with or without
 loopwarden. A framework that is not installed is reported as skipped.
 
-Runs are healthy (distinct params, so every decision is ``allow``), 40 calls
+With local decisions a first level makes the calls one at a time (what
+the adapter and the decision cost, without the open loop's queueing on a
+shared event loop). Runs are healthy (distinct params, so every decision is ``allow``), 40 calls
 each, 16 in rotation; the hook objects are the frameworks' own types where
 the adapter reads them (tool call requests, tool contexts, tool call parts).
 """
@@ -47,6 +49,7 @@ RUN_LENGTH = 40
 RUNS = 16
 FRAMEWORKS = ("client", "langchain", "openai_agents", "pydantic_ai")
 MODES = ("local", "worker")
+SEQUENTIAL = 1000  # calls of the sequential level (local decisions)
 LAX = {"tools": {"loopDetection": {"enabled": False}}}  # a runner that decides nothing the worker would
 
 # One tool call of a framework: (bare, through the adapter, end the run); each returns when done.
@@ -280,6 +283,17 @@ async def _open_loop(rotation: _Rotation, rate: float, seconds: float) -> list[t
     return samples
 
 
+async def _sequential(rotation: _Rotation, n: int) -> list[tuple[float, float]]:
+    """``n`` calls one after another; the outbox is let run between chunks (never during a call)."""
+    samples: list[tuple[float, float]] = []
+    for i in range(n):
+        call, run_id = rotation.next()
+        await _one(rotation.harness, call, run_id, samples)
+        if i % 50 == 49:
+            await asyncio.sleep(0.01)
+    return samples
+
+
 def _summary(samples: list[tuple[float, float]], rate: float, fail_open: int, mode: str = "worker") -> dict:
     ms = lambda xs: sorted(x * 1000 for x in xs)  # noqa: E731
     bare, gated = ms(s[0] for s in samples), ms(s[1] for s in samples)
@@ -360,6 +374,14 @@ async def bench(
                 for _ in range(20):  # warm-up: connections, metadata, the worker's first batches
                     n, run_id = rotation.next()
                     await _one(harness, n, run_id, None)
+                if mode == "local":  # one call at a time: the time the adapter and decision cost, no queueing
+                    levels.append(_summary(await _sequential(rotation, SEQUENTIAL), 0.0, 0, mode))
+                    lv = levels[-1]
+                    print(
+                        f"{framework} local sequential: added p50 {lv['added_p50_ms']} ms, p99 {lv['added_p99_ms']} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 for rate in rates:
                     before = client.stats.fail_open
                     samples = await _open_loop(rotation, rate, seconds)
@@ -392,8 +414,10 @@ def table(report: dict) -> str:
             rows.append(f"| {framework} | skipped: {entry['skipped']} ||||||||")
             continue
         for lv in entry["levels"]:
+            rate = format(lv["rate_per_s"], "g") if lv["rate_per_s"] else "one at a time"
             rows.append(
-                f"| {framework} | {lv.get('decisions', 'worker')} | {lv['rate_per_s']:g} | {lv['calls']} | "
+                f"| {framework} | {lv.get('decisions', 'worker')} | {rate} | "
+                f"{lv['calls']} | "
                 f"{lv['added_p50_ms']} | {lv['added_p99_ms']} | {lv['adapter_p50_ms']}/{lv['adapter_p99_ms']} | "
                 f"{lv['bare_p50_ms']}/{lv['bare_p99_ms']} | {lv['fail_open']} |"
             )
