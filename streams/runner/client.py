@@ -51,7 +51,7 @@ from loopwarden.internals import aiokafka_logs
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner import wire
 from loopwarden.runner.listener import VerdictListener
-from loopwarden.runner.outbox import Outbox
+from loopwarden.runner.outbox import Outbox, wait_event
 from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
@@ -223,9 +223,8 @@ class LoopClient:
                     raise KafkaConnectionLost(f"loopwarden broker {s.bootstrap} unreachable")
             await self._listener.start()
             if connected and self._config_source is not None:
-                try:  # the config topic in full before the first decision, when the broker is there
-                    await asyncio.wait_for(asyncio.shield(self._config_source.loaded.wait()), s.start_timeout)
-                except TimeoutError:
+                # the config topic in full before the first decision, when the broker is there
+                if not await wait_event(self._config_source.loaded, s.start_timeout):
                     log.warning("config topic %s not read within %.1fs", s.config_topic, s.start_timeout)
         except BaseException:
             await self.close()

@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from loopwarden.kafka.connection import kafka_auth
-from loopwarden.runner.outbox import Outage
+from loopwarden.runner.outbox import Outage, wait_event
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 
@@ -74,15 +74,9 @@ class VerdictListener:
         """
         s = self.settings
         self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
-        try:
-            await asyncio.wait_for(asyncio.shield(self._attempted.wait()), s.request_timeout_ms / 1000)
-        except TimeoutError:
-            return
-        if self._consumer is None:
+        if not await wait_event(self._attempted, s.request_timeout_ms / 1000) or self._consumer is None:
             return  # the broker is down: connecting goes on in the background
-        try:
-            await asyncio.wait_for(asyncio.shield(self.ready.wait()), s.start_timeout)
-        except TimeoutError:
+        if not await wait_event(self.ready, s.start_timeout):
             log.warning(
                 "control topic %s not available after %.1fs; gate checks fail open until it is",
                 s.control_topic,

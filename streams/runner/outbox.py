@@ -28,6 +28,17 @@ from aiokafka import AIOKafkaProducer
 log = logging.getLogger(__name__)
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` for ``event``; whether it is set. Leaves no waiter task behind."""
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    done, _ = await asyncio.wait({waiter}, timeout=timeout)
+    if not done:
+        waiter.cancel()
+    return event.is_set()
+
+
 class Outage:
     """Throttled log lines for one connection (producer, listener, config feed)."""
 
@@ -141,10 +152,7 @@ class Outbox:
 
     async def first_attempt(self, timeout: float) -> bool:
         """Wait (bounded) for the first connection attempt; whether it connected."""
-        try:
-            await asyncio.wait_for(asyncio.shield(self._attempted.wait()), timeout)
-        except TimeoutError:
-            pass
+        await wait_event(self._attempted, timeout)
         return self.connected.is_set()
 
     async def _connect(self) -> AIOKafkaProducer | None:

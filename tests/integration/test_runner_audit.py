@@ -16,7 +16,7 @@ import pytest
 
 from loopwarden.runner import LoopClient
 
-from .support import collect, ready_worker
+from .support import ready_worker
 
 pytestmark = pytest.mark.integration
 
@@ -63,9 +63,10 @@ async def test_runner_restarted_mid_run_is_corrected_by_the_worker(tansu, worker
     # the runner restarts: a fresh client knows nothing of the run's 8 calls
     async with local_client(tansu, worker) as second:
         run = second.run("agent-r", run_id=run_id)
-        decided = await calls(run, 4)  # calls 9-12: the worker warns at 10 and blocks at 12
-        assert [d.action for d in decided] == ["allow"] * 4  # the runner alone saw only 4
-        await until(lambda: run.state.pending_block is not None)  # the worker's block, for call 12
+        # calls 9-13: the worker warns on call 11 (10 before it) and blocks call 13 (12 before it)
+        decided = await calls(run, 5)
+        assert [d.action for d in decided] == ["allow"] * 5  # the runner alone saw only these
+        await until(lambda: run.state.pending_block is not None)  # the worker's block, for call 13
         assert second.stats.corrections == 2  # its warning (call 10) and its block
         d = await run.check("read", {"path": "notes.md"})
         assert (d.action, d.source) == ("block", "pending_block") and not d.proceed
