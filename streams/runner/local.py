@@ -63,10 +63,9 @@ def decide(
     The enforced verdicts in the order the worker publishes them: the
     emitted, not shadowed detections of ``step()``, then any escalation abort.
     """
-    agent = event.agent_id
     found = enforcement.violation(state, event)
-    ext = fleet.extensions(agent)
-    result = step(state, event, fleet.resolve(agent), ext=ext)
+    ext = fleet.extensions_of(event)
+    result = step(state, event, fleet.resolve(event.agent_id), ext=ext)
     if result.duplicate:
         return Decided(state=result.state, verdicts=[], duplicate=True)
     published: list[tuple[str, Detection]] = [
