@@ -23,10 +23,12 @@ by hand (``check`` + ``tool_result``): what the adapters add on top of it is
 their own overhead. No model runs: its time is the same with or without
 loopwarden. A framework that is not installed is reported as skipped.
 
-With local decisions a first level makes the calls one at a time (what
-the adapter and the decision cost, without the open loop's queueing on a
-shared event loop). Runs are healthy (distinct params, so every decision is ``allow``), 40 calls
-each, 16 in rotation; the hook objects are the frameworks' own types where
+With local decisions a first level makes the calls one at a time, timed
+in CPU time (what the adapter and the decision cost, without the open
+loop's queueing on a shared event loop or a loaded host's scheduling).
+
+Runs are healthy (distinct params, so every decision is ``allow``), 40
+calls each, 16 in rotation; the hook objects are the frameworks' own types where
 the adapter reads them (tool call requests, tool contexts, tool call parts).
 """
 
@@ -256,8 +258,13 @@ class _Rotation:
         return n, run_id
 
 
-async def _one(harness: _Harness, n: int, run_id: str, samples: list[tuple[float, float]] | None) -> None:
-    perf = time.perf_counter
+async def _one(
+    harness: _Harness,
+    n: int,
+    run_id: str,
+    samples: list[tuple[float, float]] | None,
+    perf: Callable[[], float] = time.perf_counter,
+) -> None:
     t0 = perf()
     await harness.bare(n, run_id)
     t1 = perf()
@@ -284,11 +291,13 @@ async def _open_loop(rotation: _Rotation, rate: float, seconds: float) -> list[t
 
 
 async def _sequential(rotation: _Rotation, n: int) -> list[tuple[float, float]]:
-    """``n`` calls one after another; the outbox is let run between chunks (never during a call)."""
+    """``n`` calls one after another, timed in this thread's CPU time: a local decision never yields
+    to the event loop, so that is exactly what the adapter and the decision cost, without the pauses
+    a loaded host's scheduler adds to wall-clock time. The outbox runs between chunks of calls."""
     samples: list[tuple[float, float]] = []
     for i in range(n):
         call, run_id = rotation.next()
-        await _one(rotation.harness, call, run_id, samples)
+        await _one(rotation.harness, call, run_id, samples, time.thread_time)
         if i % 50 == 49:
             await asyncio.sleep(0.01)
     return samples
@@ -414,7 +423,7 @@ def table(report: dict) -> str:
             rows.append(f"| {framework} | skipped: {entry['skipped']} ||||||||")
             continue
         for lv in entry["levels"]:
-            rate = format(lv["rate_per_s"], "g") if lv["rate_per_s"] else "one at a time"
+            rate = format(lv["rate_per_s"], "g") if lv["rate_per_s"] else "one at a time (CPU time)"
             rows.append(
                 f"| {framework} | {lv.get('decisions', 'worker')} | {rate} | "
                 f"{lv['calls']} | "
