@@ -51,18 +51,27 @@ def agreement(runner: str, worker: str) -> Agreement:
     return "same" if r == w else ("runner_laxer" if r < w else "runner_stricter")
 
 
-def audit(decision: RunnerDecision, verdicts: list[tuple[str, Detection]]) -> Audited:
-    """Compare the runner's ``decision`` with the worker's enforced per-run ``verdicts`` (id, detection)."""
+# What no runner can decide: published whatever the runner said, left out of the agreement.
+FLEET_DETECTORS = frozenset({"fleet_incident", "cross_run_repeat", "escalation"})
+
+
+def _worker_action(verdicts: list[tuple[str, Detection]] | tuple) -> str:
     worker = "allow"
     for _, det in verdicts:
-        if RANK[det.action] > RANK[worker]:
+        if det.detector not in FLEET_DETECTORS and RANK[det.action] > RANK[worker]:
             worker = det.action
-    label = agreement(decision.action, worker)
+    return worker
+
+
+def audit(decision: RunnerDecision, verdicts: list[tuple[str, Detection]]) -> Audited:
+    """Compare the runner's ``decision`` with the worker's enforced ``verdicts`` (id, detection) for the call."""
+    label = agreement(decision.action, _worker_action(verdicts))
     runner_rank = RANK.get(decision.action, 0)
-    publish = [(vid, det) for vid, det in verdicts if RANK[det.action] > runner_rank]
-    notes = []
+    publish: list[tuple[str, Detection]] = []
+    notes: list[tuple[str, Detection]] = []
     for vid, det in verdicts:
-        if RANK[det.action] > runner_rank:
+        if det.detector in FLEET_DETECTORS or RANK[det.action] > runner_rank:
+            publish.append((vid, det))
             notes.append((vid, det))
         elif det.action == decision.action and decision.verdict_id:
             notes.append((decision.verdict_id, det))  # the runner's verdict: its ack names this id
@@ -73,3 +82,10 @@ def agent_label(fleet: FleetConfig, agent_id: str) -> str:
     """The agent's id when the config names it (bounded by the config), else ``other``."""
     name = normalize_agent_id(agent_id)
     return name if name in fleet.agent_blocks or name in fleet.agent_ext else "other"
+
+
+def label(
+    decision: RunnerDecision, verdicts: list[tuple[str, Detection]] | tuple, fleet: FleetConfig, agent_id: str
+) -> tuple[str, Agreement]:
+    """The ``loopwarden_runner_decisions_total`` labels of one audited call: (agent, agreement)."""
+    return agent_label(fleet, agent_id), agreement(decision.action, _worker_action(verdicts))

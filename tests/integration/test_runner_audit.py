@@ -16,7 +16,7 @@ import pytest
 
 from loopwarden.runner import LoopClient
 
-from .support import ready_worker
+from .support import collect, ready_worker
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +73,22 @@ async def test_runner_restarted_mid_run_is_corrected_by_the_worker(tansu, worker
         assert d.verdict.detector == "generic_repeat" and d.verdict.count == 12
         await run.tool_result(d, result=d.blocked_result())
         await run.end()
+
+
+async def test_a_run_decided_locally_gets_nothing_on_the_control_topic(tansu, worker):
+    """The runner's decisions agree with the worker's: no allow and no duplicate verdict is published
+    for its run; the agreement is counted per agent."""
+    run_id = f"quiet-{uuid.uuid4().hex[:8]}"
+    before = worker.metrics().get('loopwarden_runner_decisions_total{agent="other",agreement="same"}', 0.0)
+    async with local_client(tansu, worker) as client:
+        run = client.run("agent-q", run_id=run_id)
+        decided = await calls(run, 14)
+        assert [d.action for d in decided] == ["allow"] * 10 + ["warn", "allow", "block", "block"]
+        await run.ack(decided[10])
+        await run.end()
+        await asyncio.to_thread(
+            worker.wait_metric, 'loopwarden_runner_decisions_total{agent="other",agreement="same"}', before + 14
+        )
+        control = await asyncio.to_thread(collect, tansu, worker.names.control, lambda r: True, 1.0, 10.0)
+        assert [r for r in control if r.key == run_id.encode()] == []
+        assert client.stats.verdicts_seen == 0

@@ -126,6 +126,16 @@ def test_a_laxer_runner_gets_the_workers_verdicts_as_corrections():
         for e in _runner_events(13)
     ]
     batch = _batch(events)
-    control = [msgspec.json.decode(o.value, type=Verdict) for o in batch.outgoing if o.topic == "c"]
+    control = [
+        msgspec.json.decode(o.value, type=Verdict)
+        for o in batch.outgoing
+        if o.topic == "c" and b'"type":"verdict"' in o.value  # not the violation (block 12 ran)
+    ]
     assert [(v.action, v.count) for v in control] == [("warn", 10), ("block", 12)]
     assert batch.counts.runner_decisions == {("other", "same"): 11, ("other", "runner_laxer"): 2}
+
+
+def test_what_no_runner_can_see_is_published_and_not_a_disagreement():
+    incident = det("block", detector="fleet_incident")
+    out = audit(RunnerDecision(action="allow"), [("t:0:9:0", incident)])
+    assert out.publish == [("t:0:9:0", incident)] and out.agreement == "same"
