@@ -24,6 +24,7 @@ from loopwarden.detection import enforcement, step
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EVENT_TYPES, EventDecodeError, RunEnd, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
+from loopwarden.worker import audit
 from loopwarden.worker.runcodec import RunValue, state_key
 from loopwarden.worker.screening import dead_letter_value, screen
 
@@ -81,6 +82,7 @@ class Counts(msgspec.Struct, kw_only=True):
     ack_seconds: list = msgspec.field(default_factory=list)  # verdict -> ack, acks that matched an awaited verdict
     unacked: Counter = msgspec.field(default_factory=Counter)  # action: deadline passed (or the run ended)
     violations: Counter = msgspec.field(default_factory=Counter)  # kind
+    runner_decisions: Counter = msgspec.field(default_factory=Counter)  # (agent label, agreement)
 
 
 class BatchResult(msgspec.Struct, kw_only=True):
@@ -337,6 +339,9 @@ def apply_batch(
             if charge.cost is not None:
                 counts.loop_cost[labels] += charge.cost
         gated = cls is ToolCall and event.await_decision
+        decided = event.decision if cls is ToolCall else None  # the runner decided this call itself
+        if decided is not None and not result.detections:  # agreed or not, counted once per decided call
+            counts.runner_decisions[audit.label(decided, (), fleet, event.agent_id)] += 1
         extra = after_step(state_in, event, result) if after_step is not None else ()
         if not (
             result.detections
@@ -357,16 +362,25 @@ def apply_batch(
             counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
             if not det.emitted:
                 continue
-            verdict = verdict_for(det, event, f"{source}:{index}", now)
+            verdict_id = f"{source}:{index}"
             index += 1
-            counts.verdicts[(det.action, det.detector, mode)] += 1
             if det.shadow:  # the run goes on as without loopwarden: nothing on the control topic
+                counts.verdicts[(det.action, det.detector, mode)] += 1
+                verdict = verdict_for(det, event, verdict_id, now)
                 outgoing.append(Outgoing(shadow_topic, rkey, encode_verdict(verdict), source, event.ts))
                 continue
+            published.append((verdict_id, det))
+        to_publish = published
+        if decided is not None and result.detections:  # only what the runner could not know
+            audited = audit.audit(decided, published)
+            counts.runner_decisions[audit.label(decided, published, fleet, event.agent_id)] += 1
+            to_publish, published = audited.publish, audited.notes
+        for verdict_id, det in to_publish:
+            counts.verdicts[(det.action, det.detector, "enforce")] += 1
             if det.detector == "compaction_loop_persisted":
                 counts.guard_aborts += 1
+            verdict = verdict_for(det, event, verdict_id, now)
             outgoing.append(Outgoing(control, rkey, encode_verdict(verdict), source, event.ts))
-            published.append((verdict.verdict_id, det))
         enforced = len(published) + _enforce(
             event, value, found, result.state, published, source, rkey, now, fleet, limits, counts, outgoing, index
         )
