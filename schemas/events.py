@@ -45,6 +45,20 @@ class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
     cost: Annotated[float, msgspec.Meta(ge=0)] | None = None  # in the fleet's currency
 
 
+class RunnerDecision(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a runner that embeds the engine decided for its own call (schemas/WIRE.md, "Runner decisions").
+
+    The worker compares it with its own decision for the same event and
+    publishes only a correction where it is stricter; runners that decide
+    nothing leave ``ToolCall.decision`` out.
+    """
+
+    action: Literal["allow", "warn", "block", "abort"]
+    verdict_id: str | None = None  # the id the runner gave its verdict (acks refer to it); none for allow
+    detector: str | None = None
+    count: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
 class ToolCall(_EventBase, tag="tool_call"):
     """The agent is about to run a tool; detection runs here."""
 
@@ -56,6 +70,7 @@ class ToolCall(_EventBase, tag="tool_call"):
     # The tool's working directory; the openclaw-latest profile resolves a relative
     # `write` path against it (without it the path as sent is the write's target).
     cwd: str | None = None
+    decision: RunnerDecision | None = None  # the runner's own (local) decision for this call, if it made one
 
 
 class ToolResult(_EventBase, tag="tool_result"):

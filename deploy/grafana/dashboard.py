@@ -481,6 +481,35 @@ def build() -> dash_b.Dashboard:
         ),
     )
 
+    # --- Runner decisions (runners deciding locally, audited by the workers) -----------------
+    board = board.with_row(_row("Runner decisions"))
+    board = _add(
+        board,
+        _ts(
+            "Runner decisions by agreement",
+            "Tool calls a runner decided itself, audited by the worker: same, runner_laxer (the worker "
+            "published a correction: a runner that lost its history, or a drifted config), runner_stricter.",
+            "ops",
+            q(f"sum by (agreement) (rate(loopwarden_runner_decisions_total{{{SEL}}}[{RATE}]))", "{{agreement}}"),
+            width=12,
+        ),
+    )
+    board = _add(
+        board,
+        _ts(
+            "Runner disagreement by agent",
+            "Share of each agent's locally decided calls where the worker decided otherwise "
+            "(agents the config does not name are 'other').",
+            "percentunit",
+            q(
+                f'sum by (agent) (rate(loopwarden_runner_decisions_total{{{SEL}, agreement!="same"}}[{RATE}])) '
+                f"/ sum by (agent) (rate(loopwarden_runner_decisions_total{{{SEL}}}[{RATE}]))",
+                "{{agent}}",
+            ),
+            width=12,
+        ),
+    )
+
     # --- Kafka ---------------------------------------------------------------
     board = board.with_row(_row("Kafka"))
     board = _add(

@@ -1,5 +1,13 @@
 """``loopwarden bench adapters``: the latency each framework adapter adds to one gated tool call.
 
+Two ways of deciding, each measured (``--decisions local,worker``):
+``local``, the client deciding the per-run rules in-process with the
+worker's config (the default of a runner that has it), and ``worker``, the
+gate round trip. Then ``correction``: how long a worker's correction takes
+to reach a runner that decided laxer than the worker (a runner that lost
+its history, here one whose config has detection off): from the blocked
+call's event ``ts`` to the verdict's delivery to the run (same host clock).
+
 On the embedded broker with one ``loopwarden worker`` (a fresh pair per
 framework), each tool call is made twice, on a fixed open-loop schedule
 (10 and 100 calls/s by default): once bare (the tool's own handler, as the
@@ -15,8 +23,12 @@ by hand (``check`` + ``tool_result``): what the adapters add on top of it is
 their own overhead. No model runs: its time is the same with or without
 loopwarden. A framework that is not installed is reported as skipped.
 
-Runs are healthy (distinct params, so every decision is ``allow``), 40 calls
-each, 16 in rotation; the hook objects are the frameworks' own types where
+With local decisions a first level makes the calls one at a time, timed
+in CPU time (what the adapter and the decision cost, without the open
+loop's queueing on a shared event loop or a loaded host's scheduling).
+
+Runs are healthy (distinct params, so every decision is ``allow``), 40
+calls each, 16 in rotation; the hook objects are the frameworks' own types where
 the adapter reads them (tool call requests, tool contexts, tool call parts).
 """
 
@@ -32,12 +44,15 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
-from loopwarden.bench.latency import _stack_parts
+from loopwarden.bench.latency import CONFIG, _stack_parts
 from loopwarden.bench.stats import percentile
 
 RUN_LENGTH = 40
 RUNS = 16
 FRAMEWORKS = ("client", "langchain", "openai_agents", "pydantic_ai")
+MODES = ("local", "worker")
+SEQUENTIAL = 1000  # calls of the sequential level (local decisions)
+LAX = {"tools": {"loopDetection": {"enabled": False}}}  # a runner that decides nothing the worker would
 
 # One tool call of a framework: (bare, through the adapter, end the run); each returns when done.
 Call = Callable[[int, str], Awaitable[Any]]
@@ -243,8 +258,13 @@ class _Rotation:
         return n, run_id
 
 
-async def _one(harness: _Harness, n: int, run_id: str, samples: list[tuple[float, float]] | None) -> None:
-    perf = time.perf_counter
+async def _one(
+    harness: _Harness,
+    n: int,
+    run_id: str,
+    samples: list[tuple[float, float]] | None,
+    perf: Callable[[], float] = time.perf_counter,
+) -> None:
     t0 = perf()
     await harness.bare(n, run_id)
     t1 = perf()
@@ -270,12 +290,26 @@ async def _open_loop(rotation: _Rotation, rate: float, seconds: float) -> list[t
     return samples
 
 
-def _summary(samples: list[tuple[float, float]], rate: float, fail_open: int) -> dict:
+async def _sequential(rotation: _Rotation, n: int) -> list[tuple[float, float]]:
+    """``n`` calls one after another, timed in this thread's CPU time: a local decision never yields
+    to the event loop, so that is exactly what the adapter and the decision cost, without the pauses
+    a loaded host's scheduler adds to wall-clock time. The outbox runs between chunks of calls."""
+    samples: list[tuple[float, float]] = []
+    for i in range(n):
+        call, run_id = rotation.next()
+        await _one(rotation.harness, call, run_id, samples, time.thread_time)
+        if i % 50 == 49:
+            await asyncio.sleep(0.01)
+    return samples
+
+
+def _summary(samples: list[tuple[float, float]], rate: float, fail_open: int, mode: str = "worker") -> dict:
     ms = lambda xs: sorted(x * 1000 for x in xs)  # noqa: E731
     bare, gated = ms(s[0] for s in samples), ms(s[1] for s in samples)
     added = ms(s[1] - s[0] for s in samples)
     r = lambda x: round(x, 3)  # noqa: E731
     return {
+        "decisions": mode,
         "rate_per_s": rate,
         "calls": len(samples),
         "added_p50_ms": r(percentile(added, 0.5)),
@@ -288,7 +322,51 @@ def _summary(samples: list[tuple[float, float]], rate: float, fail_open: int) ->
     }
 
 
-async def bench(frameworks: list[str], rates: list[float], seconds: float) -> dict:
+def _options(mode: str) -> dict:
+    return {"config": CONFIG} if mode == "local" else {"decisions": "worker"}
+
+
+async def _corrections(clients: Any, runs: int, pace: float) -> dict:
+    """Event -> correction: a runner deciding with detection off loops; the worker blocks the 20th
+    identical call; the time from that call's ``ts`` to the block's delivery to the run."""
+    client = await clients("bench-corrections", config=LAX)
+    seconds: list[float] = []
+    for _ in range(runs):
+        got = asyncio.get_running_loop().create_future()
+
+        def on_verdict(verdict: Any, got: asyncio.Future = got) -> None:
+            if verdict.action == "block" and verdict.event_ts is not None and not got.done():
+                got.set_result(time.time() - verdict.event_ts)
+
+        run = client.run("bench-corrections", run_id=f"bench-{uuid.uuid4().hex[:12]}", on_verdict=on_verdict)
+        for _ in range(25):
+            if got.done():
+                break
+            d = await run.check("read", {"path": "same.md"})
+            await run.tool_result(d, result={"text": "same"})
+            await asyncio.sleep(pace)
+        try:
+            seconds.append(await asyncio.wait_for(got, 10.0))
+        except TimeoutError:
+            pass
+        await run.end()
+    ms = sorted(x * 1000 for x in seconds)
+    return {
+        "runs": runs,
+        "corrected": len(ms),
+        "p50_ms": round(percentile(ms, 0.5), 3) if ms else None,
+        "p99_ms": round(percentile(ms, 0.99), 3) if ms else None,
+        "client_corrections": client.stats.corrections,
+    }
+
+
+async def bench(
+    frameworks: list[str],
+    rates: list[float],
+    seconds: float,
+    modes: list[str] | tuple[str, ...] = ("worker",),
+    corrections: int = 0,
+) -> dict:
     report: dict[str, Any] = {"seconds_per_rate": seconds, "frameworks": {}}
     for framework in frameworks:
         why = _missing(framework)
@@ -296,45 +374,69 @@ async def bench(frameworks: list[str], rates: list[float], seconds: float) -> di
             report["frameworks"][framework] = {"skipped": why}
             print(f"{framework}: skipped, {why}", file=sys.stderr, flush=True)
             continue
+        levels = []
+        for mode in modes:
+            async with _stack_parts() as (clients, _meter):
+                client = await clients(f"bench-{framework}-{mode}", **_options(mode))
+                harness = HARNESSES[framework](client)
+                rotation = _Rotation(harness)
+                for _ in range(20):  # warm-up: connections, metadata, the worker's first batches
+                    n, run_id = rotation.next()
+                    await _one(harness, n, run_id, None)
+                if mode == "local":  # one call at a time: the time the adapter and decision cost, no queueing
+                    levels.append(_summary(await _sequential(rotation, SEQUENTIAL), 0.0, 0, mode))
+                    lv = levels[-1]
+                    print(
+                        f"{framework} local sequential: added p50 {lv['added_p50_ms']} ms, p99 {lv['added_p99_ms']} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                for rate in rates:
+                    before = client.stats.fail_open
+                    samples = await _open_loop(rotation, rate, seconds)
+                    level = _summary(samples, rate, client.stats.fail_open - before, mode)
+                    levels.append(level)
+                    print(
+                        f"{framework} {mode} {rate:g}/s: added p50 {level['added_p50_ms']} ms, "
+                        f"p99 {level['added_p99_ms']} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                await asyncio.gather(*rotation.ending)
+        report["frameworks"][framework] = {"levels": levels}
+    if corrections:
         async with _stack_parts() as (clients, _meter):
-            client = await clients(f"bench-{framework}")
-            harness = HARNESSES[framework](client)
-            rotation = _Rotation(harness)
-            for _ in range(20):  # warm-up: connections, metadata, the worker's first batches
-                n, run_id = rotation.next()
-                await _one(harness, n, run_id, None)
-            levels = []
-            for rate in rates:
-                before = client.stats.fail_open
-                samples = await _open_loop(rotation, rate, seconds)
-                level = _summary(samples, rate, client.stats.fail_open - before)
-                levels.append(level)
-                print(
-                    f"{framework} {rate:g}/s: added p50 {level['added_p50_ms']} ms, p99 {level['added_p99_ms']} ms",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            await asyncio.gather(*rotation.ending)
-            report["frameworks"][framework] = {"levels": levels}
+            report["correction"] = await _corrections(clients, corrections, 0.005)
+        c = report["correction"]
+        print(f"correction: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms", file=sys.stderr, flush=True)
     return report
 
 
 def table(report: dict) -> str:
     rows = [
-        "| framework | calls/s | calls | added p50 ms | added p99 ms | adapter p50/p99 ms | bare p50/p99 ms "
-        "| fail-open |",
-        "|---|---|---|---|---|---|---|---|",
+        "| framework | decisions | calls/s | calls | added p50 ms | added p99 ms | adapter p50/p99 ms "
+        "| bare p50/p99 ms | fail-open |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for framework, entry in report["frameworks"].items():
         if "skipped" in entry:
-            rows.append(f"| {framework} | skipped: {entry['skipped']} |||||||")
+            rows.append(f"| {framework} | skipped: {entry['skipped']} ||||||||")
             continue
         for lv in entry["levels"]:
+            rate = format(lv["rate_per_s"], "g") if lv["rate_per_s"] else "one at a time (CPU time)"
             rows.append(
-                f"| {framework} | {lv['rate_per_s']:g} | {lv['calls']} | {lv['added_p50_ms']} | "
-                f"{lv['added_p99_ms']} | {lv['adapter_p50_ms']}/{lv['adapter_p99_ms']} | "
+                f"| {framework} | {lv.get('decisions', 'worker')} | {rate} | "
+                f"{lv['calls']} | "
+                f"{lv['added_p50_ms']} | {lv['added_p99_ms']} | {lv['adapter_p50_ms']}/{lv['adapter_p99_ms']} | "
                 f"{lv['bare_p50_ms']}/{lv['bare_p99_ms']} | {lv['fail_open']} |"
             )
+    c = report.get("correction")
+    if c:
+        rows.append("")
+        rows.append(
+            f"event -> worker correction at the runner: p50 {c['p50_ms']} ms, p99 {c['p99_ms']} ms "
+            f"({c['corrected']} of {c['runs']} runs corrected)"
+        )
     return "\n".join(rows)
 
 
@@ -346,6 +448,12 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--rates", default="10,100", help="tool calls per second, comma-separated")
     p.add_argument("--seconds", type=float, default=10.0, help="seconds per rate")
+    p.add_argument(
+        "--decisions",
+        default=",".join(MODES),
+        help="comma-separated, of local (in-process, the worker's config) and worker (gate round trip)",
+    )
+    p.add_argument("--corrections", type=int, default=10, help="runs measuring event -> worker correction (0: skip)")
 
 
 def run(args: Any) -> int:
@@ -355,7 +463,11 @@ def run(args: Any) -> int:
         print(f"loopwarden bench adapters: unknown framework(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
     rates = [float(x) for x in str(args.rates).split(",") if x.strip()]
-    report = asyncio.run(bench(frameworks, rates, args.seconds))
+    modes = [m.strip() for m in str(getattr(args, "decisions", "worker")).split(",") if m.strip()]
+    if set(modes) - set(MODES):
+        print(f"loopwarden bench adapters: unknown decisions {', '.join(set(modes) - set(MODES))}", file=sys.stderr)
+        return 2
+    report = asyncio.run(bench(frameworks, rates, args.seconds, modes, getattr(args, "corrections", 0)))
     print(json.dumps(report, indent=2))
     print(table(report))
     return 0

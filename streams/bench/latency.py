@@ -265,11 +265,15 @@ async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator
         ).start()
         started: list[Any] = []
         settings = ClientSettings.from_env(
-            bootstrap=broker.bootstrap, events_topic=names.events, control_topic=names.control
+            bootstrap=broker.bootstrap,
+            events_topic=names.events,
+            control_topic=names.control,
+            config_topic=names.config,
         )
 
-        async def clients(client_id: str) -> Any:
-            client = await LoopClient(settings, client_id=client_id).start()
+        async def clients(client_id: str, **options: Any) -> Any:
+            """A started client; ``options``: LoopClient keywords (``config=``, ``decisions=``)."""
+            client = await LoopClient(settings, client_id=client_id, **options).start()
             started.append(client)
             return client
 

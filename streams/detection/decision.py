@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.detection import enforcement
+from loopwarden.detection.audit import Agreement, audit
 from loopwarden.detection.cost import Charge
 from loopwarden.detection.engine import NO_DETECTIONS, step
 from loopwarden.detection.state import RunState
@@ -48,6 +49,7 @@ class Numbered(msgspec.Struct, frozen=True, gc=False):
     n: int
     detection: Detection
     enforced: bool  # False: shadowed (recorded on the shadow topic, the run goes on as without it)
+    published: bool = True  # False: the runner decided this call itself and knew it (detection.audit)
 
 
 class EventDecision(msgspec.Struct, gc=False):
@@ -66,6 +68,7 @@ class EventDecision(msgspec.Struct, gc=False):
     duplicate: bool = False  # a repeated event_id: nothing applied, nothing decided
     guard_armed: bool = False  # a compaction_retry armed the post-compaction guard
     source: str | None = None  # the verdict-id prefix, when this decision needed one
+    agreement: Agreement | None = None  # a call the runner decided itself: how the runner's decision compares
 
     def verdict_id(self, n: int) -> str:
         return f"{self.source}:{n}"
@@ -95,11 +98,17 @@ def decide_event(
     if result.duplicate:
         return EventDecision(new, duplicate=True)
     cls = type(event)
-    gated = type(event) is ToolCall and event.await_decision  # type(): the checker narrows on it
+    gated = False
+    decided = None  # the runner's own decision of this call (local-first runners)
+    if type(event) is ToolCall:  # type(): the checker narrows on it
+        gated, decided = event.await_decision, event.decision
     watched = state is not None and state.enforcement is not None  # acks, obedience and deadlines
     if not (detections or gated or found is not None or watched or cls is VerdictAck):
-        if detections or result.charge is not None or result.guard_armed:
-            return EventDecision(new, detections, charge=result.charge, guard_armed=result.guard_armed)
+        agreed = None if decided is None else audit(decided, ()).agreement
+        if detections or result.charge is not None or result.guard_armed or agreed is not None:
+            return EventDecision(
+                new, detections, charge=result.charge, guard_armed=result.guard_armed, agreement=agreed
+            )
         return EventDecision(new)  # the usual event: nothing decided beyond the new state
     verdicts: Sequence[Numbered] = ()
     published: Sequence[tuple[str, Detection]] = ()  # enforced: acks, obedience and escalation follow them
@@ -116,6 +125,17 @@ def decide_event(
                 if enforced:
                     published.append((f"{source}:{n}", det))
                 n += 1
+    agreed = None
+    if decided is not None:  # publish only what the runner could not know; note the runner's ids
+        audited = audit(decided, published)
+        agreed = audited.agreement
+        if verdicts:
+            shown = {vid for vid, _ in audited.publish}
+            verdicts = [
+                v if not v.enforced or f"{source}:{v.n}" in shown else Numbered(v.n, v.detection, True, False)
+                for v in verdicts
+            ]
+        published = audited.notes
     acked, ack_seconds = False, 0.0
     unacked: Sequence[str] = ()
     escalations: Sequence[Numbered] = ()
@@ -159,4 +179,5 @@ def decide_event(
         False,
         result.guard_armed,
         source,
+        agreed,
     )

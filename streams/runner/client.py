@@ -1,14 +1,30 @@
-"""The runner client: publish a run's events, gate calls, act on the run's verdicts.
+"""The runner client: publish a run's events, decide or gate calls, act on the run's verdicts.
 
-One :class:`LoopClient` per runner process: one producer (events, keyed by
-run key) and one :class:`~loopwarden.runner.listener.VerdictListener`. A
-runner registers each run it drives (:meth:`LoopClient.run` returns a
+One :class:`LoopClient` per runner process: one outbox (events, keyed by run
+key, :mod:`loopwarden.runner.outbox`) and one
+:class:`~loopwarden.runner.listener.VerdictListener`; both connect by
+themselves whenever the broker is up, before or after the client started.
+A runner registers each run it drives (:meth:`LoopClient.run` returns a
 :class:`Run` handle); verdicts of other runs are dropped, repeated
-``verdict_id``\\ s too (bounded LRU). Gate checks are correlated by
-(run key, ``tool_call_id``). loopwarden must never stop a healthy agent: a
-check that gets no answer within its timeout, or cannot be published,
-allows the call and is counted (:class:`~loopwarden.runner.state.ClientStats`),
-and so does a payload value that cannot be JSON-encoded (sent as its repr).
+``verdict_id``\\ s too (bounded LRU).
+
+Two ways to answer :meth:`LoopClient.check`:
+
+- **local** (the default when the client has the fleet's config): the
+  per-run rules are decided in-process (:mod:`loopwarden.runner.local`), at
+  once; the published ``tool_call`` carries the decision, and the worker
+  sends only what the runner could not know (fleet incidents, cross-run
+  warnings, a correction where it is stricter), which the run's state
+  applies to its next call;
+- **worker**: the call is published with ``await_decision`` and the worker's
+  verdict awaited (correlated by run key and ``tool_call_id``), for runners
+  that do not embed the engine.
+
+loopwarden must never stop a healthy agent: a check that gets no answer
+within its timeout, or finds the broker away, allows the call and is
+counted (:class:`~loopwarden.runner.state.ClientStats`); so does a local
+decision that raised, and a payload value that cannot be JSON-encoded
+(sent as its repr).
 
 Acknowledgements: when the runner reports what it did with a gated call
 (:meth:`LoopClient.tool_result` with the :class:`Decision`), the client sends
@@ -21,24 +37,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from msgspec import UNSET
 
+from loopwarden.internals import aiokafka_logs
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner import wire
 from loopwarden.runner.listener import VerdictListener
+from loopwarden.runner.outbox import Outbox, wait_event
 from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
 from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from loopwarden.runner.local import ConfigSource, LocalDecider
+    from loopwarden.schemas.config import FleetConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,28 +101,66 @@ class VerdictStream:
 
 
 class LoopClient:
-    """Async client on aiokafka. Use ``async with LoopClient(bootstrap=...) as client:``."""
+    """Async client on aiokafka. Use ``async with LoopClient(bootstrap=...) as client:``.
 
-    def __init__(self, settings: ClientSettings | None = None, **overrides: Any) -> None:
-        base = settings or ClientSettings()
-        self.settings = msgspec.structs.replace(base, **overrides) if overrides else base
+    Settings: ``settings`` as given, else ``LOOPWARDEN_RUNNER_<FIELD>``
+    environment variables (e.g. ``LOOPWARDEN_RUNNER_BOOTSTRAP``,
+    ``LOOPWARDEN_RUNNER_CONFIG``, ``LOOPWARDEN_RUNNER_DECISIONS``) over the
+    defaults; keyword arguments override both (streams/runner/RUNNER.md,
+    "Settings"). ``config`` (a file path, an OpenClaw-shaped mapping or a
+    :class:`~loopwarden.schemas.config.FleetConfig`) is the fleet's config for
+    local decisions; with it (or ``LOOPWARDEN_RUNNER_CONFIG``) checks are
+    decided in-process unless ``decisions="worker"``.
+    """
+
+    def __init__(
+        self,
+        settings: ClientSettings | None = None,
+        *,
+        config: FleetConfig | Mapping | str | os.PathLike | None = None,
+        **overrides: Any,
+    ) -> None:
+        if settings is None:
+            self.settings = ClientSettings.from_env(**overrides)
+        else:
+            self.settings = msgspec.structs.replace(settings, **overrides) if overrides else settings
         self.stats = ClientStats()
         self._runs: dict[str, _Entry] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future] = {}
         self._waiting: dict[str, int] = {}  # run key -> gates waiting on it (the listener keeps their verdicts)
         self._seen = RecentIds(self.settings.dedup_size)
-        self._producer: AIOKafkaProducer | None = None
+        self._outbox: Outbox | None = None
         self._listener: VerdictListener | None = None
         self.encode = wire.PayloadEncoder(self._count_fallback)
+        self._local: LocalDecider | None = None
+        self._config_source: ConfigSource | None = None
+        self._quiet = False  # aiokafka's retry lines rate-limited while this client is open
+        mode = self.settings.decisions
+        if config is None:
+            config = self.settings.config
+        if mode == "local" or (mode == "auto" and config is not None):
+            from loopwarden.runner.local import LocalDecider, fleet_config
+
+            self._local = LocalDecider(fleet_config(config), self.settings.max_local_runs)
 
     def _count_fallback(self) -> None:
         self.stats.encode_fallbacks += 1
 
+    @property
+    def local(self) -> bool:
+        """Whether checks are decided in-process (else by the worker, one round trip each)."""
+        return self._local is not None
+
+    @property
+    def fleet(self) -> FleetConfig | None:
+        """The config local decisions use now (fallback plus the config topic), None in worker mode."""
+        return self._local.fleet if self._local is not None else None
+
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self) -> LoopClient:
+    def _make_producer(self) -> AIOKafkaProducer:
         s = self.settings
-        self._producer = AIOKafkaProducer(
+        return AIOKafkaProducer(
             bootstrap_servers=s.servers,
             linger_ms=s.linger_ms,
             acks=1,
@@ -108,23 +169,73 @@ class LoopClient:
             client_id=f"{s.client_id}-events",
             **kafka_auth(s),
         )
+
+    def _on_sent(self) -> None:
+        self.stats.events_sent += 1
+
+    def _on_dropped(self) -> None:
+        self.stats.events_dropped += 1
+
+    def _on_failed(self) -> None:
+        self.stats.send_errors += 1
+
+    def _on_down(self) -> None:
+        """The producer lost the broker: gates waiting for a verdict answer now (fail open)."""
+        self.stats.disconnects += 1
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("broker connection lost"))
+
+    async def start(self) -> LoopClient:
+        """Start connecting; returns once connected and listening, or at once if the broker is down.
+
+        A broker that is down is not an error (unless ``require_broker``):
+        the client connects by itself whenever it comes up, buffering events
+        meanwhile (``max_buffered``), and checks answer without waiting.
+        """
+        s = self.settings
+        self._outbox = Outbox(
+            self._make_producer,
+            s.max_buffered,
+            send_timeout=s.request_timeout_ms / 1000,
+            close_timeout=s.close_timeout,
+            backoff_max=s.reconnect_backoff_max,
+            log_interval=s.outage_log_interval,
+            on_sent=self._on_sent,
+            on_dropped=self._on_dropped,
+            on_failed=self._on_failed,
+            on_down=self._on_down,
+        )
         self._listener = VerdictListener(
             s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign, self._on_rejected
         )
+        aiokafka_logs.quiet(s.outage_log_interval)
+        self._quiet = True
         try:
-            await self._producer.start()
+            self._outbox.start()
+            if self._local is not None:
+                from loopwarden.runner.local import ConfigSource
+
+                self._config_source = ConfigSource(self._local.fleet, s, self._config_updated)
+                self._config_source.start()
+            connected = await self._outbox.first_attempt(s.request_timeout_ms / 1000 + 1)
+            if not connected:
+                self.stats.start_errors += 1
+                if s.require_broker:
+                    raise KafkaConnectionLost(f"loopwarden broker {s.bootstrap} unreachable")
             await self._listener.start()
-        except (KafkaError, OSError) as exc:
-            await self.close()
-            if s.require_broker:
-                raise
-            # the agent must not fail because loopwarden is down: every check fails open, counted
-            log.warning("loopwarden broker unreachable, gate checks fail open: %r", exc)
-            self.stats.start_errors += 1
+            if connected and self._config_source is not None:
+                # the config topic in full before the first decision, when the broker is there
+                if not await wait_event(self._config_source.loaded, s.start_timeout):
+                    log.warning("config topic %s not read within %.1fs", s.config_topic, s.start_timeout)
         except BaseException:
             await self.close()
             raise
         return self
+
+    def _config_updated(self, fleet: FleetConfig) -> None:
+        if self._local is not None:
+            self._local.fleet = fleet
 
     async def close(self) -> None:
         """Stop listening, end every run's iterators, flush events (bounded by the request timeout)."""
@@ -134,16 +245,21 @@ class LoopClient:
         self._waiters.clear()
         for key in list(self._runs):
             self.unregister(key)
+        if self._config_source is not None:
+            await self._config_source.stop()
+            self._config_source = None
         if self._listener is not None:
             await self._listener.stop()
             self._listener = None
-        producer, self._producer = self._producer, None
-        if producer is not None:
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
             limit = self.settings.request_timeout_ms / 1000 + self.settings.close_timeout
-            try:
-                await asyncio.wait_for(producer.stop(), limit)
-            except (TimeoutError, KafkaError):
-                log.warning("event producer did not flush within %.1fs", limit)
+            left = await outbox.close(limit)
+            if left:
+                log.warning("%d loopwarden events not delivered at close", left)
+        if self._quiet:
+            self._quiet = False
+            aiokafka_logs.unquiet()
 
     async def __aenter__(self) -> LoopClient:
         return await self.start()
@@ -155,6 +271,16 @@ class LoopClient:
     def listening(self) -> bool:
         """True once the listener is positioned on every control partition."""
         return self._listener is not None and self._listener.ready.is_set()
+
+    @property
+    def connected(self) -> bool:
+        """True while the event producer is connected to the broker."""
+        return self._outbox is not None and self._outbox.connected.is_set()
+
+    @property
+    def buffered(self) -> int:
+        """Events waiting for the broker (at most ``max_buffered``)."""
+        return len(self._outbox) if self._outbox is not None else 0
 
     # -- runs ----------------------------------------------------------------------
 
@@ -203,39 +329,85 @@ class LoopClient:
     # -- publishing ----------------------------------------------------------------
 
     async def publish(self, event: Event) -> bool:
-        """Hand one event to the producer (keyed by run key) without waiting for delivery.
+        """Queue one event for the broker (keyed by run key); never waits for the broker.
 
-        Returns False (and counts ``send_errors``) when it could not even be
-        queued in time: the runner goes on either way.
+        Returns False when it was not queued: the client is not started
+        (counted ``send_errors``) or its buffer is full (``events_dropped``).
+        The runner goes on either way.
         """
-        producer = self._producer
-        if producer is None:
-            self.stats.send_errors += 1
-            return False
-        try:
-            delivery = await asyncio.wait_for(
-                producer.send(self.settings.events_topic, encode_event(event), key=run_key(event).encode()),
-                self.settings.check_timeout,
-            )
-        except (TimeoutError, KafkaError) as exc:
-            log.warning("event not published: %r", exc)
-            self.stats.send_errors += 1
-            return False
-        self.stats.events_sent += 1
-        delivery.add_done_callback(self._count_failed_delivery)
-        return True
+        return self._put(event, run_key(event))
 
-    def _count_failed_delivery(self, delivery: asyncio.Future) -> None:
-        if not delivery.cancelled() and delivery.exception() is not None:
+    def _put(self, event: Event, key: str) -> bool:
+        outbox = self._outbox
+        if outbox is None:
             self.stats.send_errors += 1
+            return False
+        return outbox.put(self.settings.events_topic, key.encode(), encode_event(event))
+
+    def _decide(self, key: str, event: Event) -> list[Verdict]:
+        """The local decision for one event (fails open: an error is counted, nothing decided)."""
+        local = self._local
+        assert local is not None
+        try:
+            verdicts = local.apply(key, event)
+        except Exception:  # noqa: BLE001 - never stop a healthy agent
+            self.stats.local_errors += 1
+            log.exception("local decision failed; the call is allowed")
+            return []
+        self.stats.local_decisions += 1
+        return verdicts
+
+    def _deliver(self, entry: _Entry | None, verdict: Verdict, *, remember: bool = True) -> None:
+        """Hand a verdict to the run: its state (unless a gate answered it), callbacks and iterators."""
+        if entry is None:
+            return
+        if remember or verdict.action == "abort":
+            entry.state.apply(verdict)
+        self.stats.verdicts_delivered += 1
+        for callback in entry.callbacks:
+            try:
+                callback(verdict)
+            except Exception:  # noqa: BLE001
+                self.stats.callback_errors += 1
+                log.exception("verdict callback failed")
+        for queue in entry.queues:
+            queue.put_nowait(verdict)
+
+    async def _publish_local(self, event: Event) -> None:
+        """Decide a run's non-call event locally (a result, compaction retry, run end), then queue it."""
+        key = run_key(event)
+        if self._local is not None:
+            entry = self._runs.get(key)
+            for verdict in self._decide(key, event):
+                self._deliver(entry, verdict)
+        await self.publish(event)
 
     async def tool_call(
         self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None
     ) -> ToolCall:
-        """Publish a ``tool_call`` without waiting for a decision (its verdict, if any, updates run state)."""
+        """Publish a ``tool_call`` without waiting for a decision (its verdict, if any, updates run state:
+        a block refuses the run's next call)."""
         call = wire.tool_call(ref, tool_name, params, tool_call_id=tool_call_id, encode=self.encode)
-        await self.publish(call)
+        if self._local is None:
+            await self.publish(call)
+            return call
+        key = run_key(call)
+        verdicts = self._decide(key, call)
+        call = self._mark(key, call, verdicts)
+        entry = self._runs.get(key)
+        for verdict in verdicts:
+            self._deliver(entry, verdict)
+        self._put(call, key)
         return call
+
+    def _mark(self, key: str, call: ToolCall, verdicts: list[Verdict]) -> ToolCall:
+        from loopwarden.runner.local import mark, strongest
+
+        best = strongest(verdicts)
+        entry = self._runs.get(key)
+        if entry is not None and call.tool_call_id:
+            entry.state.decided(call.tool_call_id, best.action if best is not None else "allow")
+        return mark(call, best)
 
     async def tool_result(self, call: ToolCall | Decision, *, result: Any = UNSET, error: Any = UNSET) -> ToolResult:
         """Publish the outcome of ``call`` (same run, tool, id and params).
@@ -247,7 +419,7 @@ class LoopClient:
         if decision is not None:
             call = decision.call
         event = wire.result_for(call, result=result, error=error, encode=self.encode)
-        await self.publish(event)
+        await self._publish_local(event)
         if decision is not None and decision.action in ("block", "abort") and decision.verdict is not None:
             outcome, detail = (
                 ("applied", "tool not run") if is_blocked_result(result) else ("failed", "the tool ran anyway")
@@ -276,19 +448,23 @@ class LoopClient:
         await self.ack(verdict, outcome, detail)
 
     async def compaction_retry(self, ref: wire.RunRef, reason: str | None = None) -> None:
-        await self.publish(wire.compaction_retry(ref, reason))
+        await self._publish_local(wire.compaction_retry(ref, reason))
 
     async def run_end(self, ref: wire.RunRef) -> None:
-        await self.publish(wire.run_end(ref))
+        await self._publish_local(wire.run_end(ref))
 
-    # -- gate mode -------------------------------------------------------------------
+    # -- checks ----------------------------------------------------------------------
 
     async def check(self, call: ToolCall, timeout: float | None = None) -> Decision:
-        """Publish ``call`` with ``await_decision: true`` and wait for the worker's answer.
+        """Decide whether ``call`` may run.
 
-        Answers from the run's own state without publishing when the run is
+        Answers from the run's own state without deciding when the run is
         aborted, or when a block for an earlier (already executed) call is
-        pending. Fails open (``allow``) on timeout or broker trouble.
+        pending (a worker's correction, too). Then, in local mode, decides
+        in-process at once and publishes the call with the decision; in
+        worker mode, publishes it with ``await_decision: true`` and waits for
+        the worker's answer, failing open (``allow``) on timeout or when the
+        broker is away (at once, then: nothing waits for a dead broker).
         """
         stats = self.stats
         stats.checks += 1
@@ -303,27 +479,75 @@ class LoopClient:
             if pending is not None:
                 stats.blocked += 1
                 return Decision(action="block", source="pending_block", call=call, verdict=pending)
+        if self._local is not None:
+            return self._check_local(key, entry, call, t0)
+        return await self._check_worker(key, entry, call, timeout, t0)
+
+    def _check_local(self, key: str, entry: _Entry | None, call: ToolCall, t0: float) -> Decision:
+        if not call.tool_call_id:
+            call = msgspec.structs.replace(call, tool_call_id=wire.new_call_id())
+        verdicts = self._decide(key, call)
+        call = self._mark(key, call, verdicts)
+        self._put(call, key)
+        verdict = superseded = None
+        for v in verdicts:
+            if v.action == "abort":
+                superseded = verdict if verdict is not None and verdict.action == "block" else None
+                verdict = v
+            elif verdict is None or (verdict.action == "warn" and v.action == "block"):
+                verdict = v
+            self._deliver(entry, v, remember=False)  # the check answers this call: no pending block
+        action = verdict.action if verdict is not None else "allow"
+        self._count(action)
+        return Decision(
+            action=action,
+            source="local",
+            call=call,
+            verdict=verdict,
+            seconds=time.perf_counter() - t0,
+            superseded=superseded,
+        )
+
+    def _count(self, action: str) -> None:
+        stats = self.stats
+        if action == "block":
+            stats.blocked += 1
+        elif action == "warn":
+            stats.warned += 1
+        elif action == "abort":
+            stats.aborted += 1
+        else:
+            stats.allowed += 1
+
+    async def _check_worker(
+        self, key: str, entry: _Entry | None, call: ToolCall, timeout: float | None, t0: float
+    ) -> Decision:
+        stats = self.stats
         if not call.await_decision or not call.tool_call_id:
             call = msgspec.structs.replace(
                 call, await_decision=True, tool_call_id=call.tool_call_id or wire.new_call_id()
             )
-        producer = self._producer
-        if producer is None:
+        outbox = self._outbox
+        if outbox is None:
             stats.fail_open_error += 1
             stats.allowed += 1
             return Decision(action="allow", source="closed", call=call)
+        if not outbox.connected.is_set() or not self.listening:
+            self._put(call, key)  # the worker still sees it when the broker is back
+            stats.fail_open_error += 1
+            stats.allowed += 1
+            return Decision(action="allow", source="offline", call=call)
         waiter_key = (key, call.tool_call_id)
         fut = asyncio.get_running_loop().create_future()
         self._waiters[waiter_key] = fut
         self._waiting[key] = self._waiting.get(key, 0) + 1
         limit = self.settings.check_timeout if timeout is None else timeout
+        superseded = None
         try:
             async with asyncio.timeout(limit):
-                delivery = await producer.send(self.settings.events_topic, encode_event(call), key=key.encode())
-                stats.events_sent += 1
-                delivery.add_done_callback(lambda d: self._delivery_into(d, fut))
+                if not self._put(call, key):
+                    raise ConnectionError("event buffer full")
                 verdict: Verdict = await fut
-                superseded = None
                 if entry is not None and entry.state.aborted is not None and verdict.action != "abort":
                     # the run was aborted while this call waited; its own block still awaits an ack
                     superseded = verdict if verdict.action == "block" else None
@@ -333,7 +557,7 @@ class LoopClient:
             stats.allowed += 1
             return Decision(action="allow", source="timeout", call=call, seconds=time.perf_counter() - t0)
         except (KafkaError, ConnectionError) as exc:
-            log.warning("gate check failed open: %r", exc)
+            log.debug("gate check failed open: %r", exc)
             stats.fail_open_error += 1
             stats.allowed += 1
             return Decision(action="allow", source="error", call=call, seconds=time.perf_counter() - t0)
@@ -345,31 +569,15 @@ class LoopClient:
                 self._waiting[key] = left
             else:
                 self._waiting.pop(key, None)
-        action = verdict.action
-        if action == "block":
-            stats.blocked += 1
-        elif action == "warn":
-            stats.warned += 1
-        elif action == "abort":
-            stats.aborted += 1
-        else:
-            stats.allowed += 1
+        self._count(verdict.action)
         return Decision(
-            action=action,
+            action=verdict.action,
             source="verdict",
             call=call,
             verdict=verdict,
             seconds=time.perf_counter() - t0,
             superseded=superseded,
         )
-
-    @staticmethod
-    def _delivery_into(delivery: asyncio.Future, fut: asyncio.Future) -> None:
-        if fut.done() or delivery.cancelled():
-            return
-        exc = delivery.exception()
-        if exc is not None:
-            fut.set_exception(exc)
 
     # -- verdict routing ----------------------------------------------------------------
 
@@ -401,18 +609,15 @@ class LoopClient:
             return
         if waiter is not None and not waiter.done():
             waiter.set_result(verdict)  # the gate acts on it; a block is not remembered as pending,
-            if entry is not None and verdict.action == "abort":
-                entry.state.apply(verdict)  # but an abort ends the run: every later check answers it
-        elif entry is not None:
-            entry.state.apply(verdict)
-        if entry is None:
+            self._deliver(entry, verdict, remember=False)  # but an abort ends the run
             return
-        stats.verdicts_delivered += 1
-        for callback in entry.callbacks:
-            try:
-                callback(verdict)
-            except Exception:
-                stats.callback_errors += 1
-                log.exception("verdict callback failed")
-        for queue in entry.queues:
-            queue.put_nowait(verdict)
+        if entry is not None and self._local is not None and entry.state.covers(verdict):
+            stats.verdicts_agreed += 1  # the worker said what this runner already decided and acted on
+            return
+        if entry is not None and self._local is not None:
+            stats.corrections += 1  # stricter than the runner's own decision: applied to the next call
+        self._deliver(entry, verdict)
+
+
+class KafkaConnectionLost(ConnectionError):
+    """``start()`` with ``require_broker``: the broker did not answer."""

@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaError
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.kafka.signing import verifier_from
+from loopwarden.runner.outbox import Outage, wait_event
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 
@@ -65,19 +66,35 @@ class VerdictListener:
         self.on_rejected = on_rejected
         self.verifier = verifier_from(settings.verdict_keys, settings.verdict_keys_file)  # read once, at start
         self.ready = asyncio.Event()
+        self.outage = Outage("verdict listener", settings.outage_log_interval)
+        self._attempted = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
         # verdict_violation records share the topic; they are for operators: skipped, not "undecodable"
         self._decoder = msgspec.json.Decoder(Verdict | VerdictViolation)
 
     async def start(self) -> None:
-        """Connect and begin listening; waits up to ``start_timeout`` for the topic to exist.
+        """Begin listening in the background; never raises for a broker that is down.
 
-        If it does not exist yet, listening starts in the background when it
-        appears (checks made meanwhile fail open).
+        If the broker answers, waits up to ``start_timeout`` for the control
+        topic to be positioned on (so a check published afterwards cannot have
+        its verdict skipped); if it does not, returns at once and connects by
+        itself whenever the broker comes up (checks meanwhile fail open).
         """
         s = self.settings
-        self._consumer = AIOKafkaConsumer(
+        self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
+        if not await wait_event(self._attempted, s.request_timeout_ms / 1000) or self._consumer is None:
+            return  # the broker is down: connecting goes on in the background
+        if not await wait_event(self.ready, s.start_timeout):
+            log.warning(
+                "control topic %s not available after %.1fs; gate checks fail open until it is",
+                s.control_topic,
+                s.start_timeout,
+            )
+
+    def _make_consumer(self) -> AIOKafkaConsumer:
+        s = self.settings
+        return AIOKafkaConsumer(
             bootstrap_servers=s.servers,
             group_id=None,
             enable_auto_commit=False,
@@ -87,16 +104,25 @@ class VerdictListener:
             client_id=f"{s.client_id}-verdicts",
             **kafka_auth(s),
         )
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
-        try:
-            await asyncio.wait_for(asyncio.shield(self.ready.wait()), s.start_timeout)
-        except TimeoutError:
-            log.warning(
-                "control topic %s not available after %.1fs; gate checks fail open until it is",
-                s.control_topic,
-                s.start_timeout,
-            )
+
+    async def _connect(self) -> None:
+        """Start a consumer, retrying with back-off until the broker answers."""
+        backoff = 0.1
+        while True:
+            consumer = self._make_consumer()
+            try:
+                await asyncio.wait_for(consumer.start(), self.settings.request_timeout_ms / 1000)
+            except Exception as exc:  # noqa: BLE001 - broker down: keep trying, checks fail open meanwhile
+                self.outage.failed(exc)
+                self._attempted.set()
+                await stop_consumer(consumer, self.settings.close_timeout)
+                await asyncio.sleep(backoff)
+                backoff = min(self.settings.reconnect_backoff_max, backoff * 2)
+                continue
+            self._consumer = consumer
+            self.outage.recovered()
+            self._attempted.set()
+            return
 
     async def _assign(self) -> None:
         consumer, topic = self._consumer, self.settings.control_topic
@@ -105,7 +131,7 @@ class VerdictListener:
             try:
                 cluster = await fetch_all_metadata(consumer)
                 partitions = cluster.partitions_for_topic(topic)
-            except Exception as exc:  # broker down or restarting: keep trying, checks fail open meanwhile
+            except Exception as exc:  # noqa: BLE001 - broker down or restarting: keep trying
                 log.debug("metadata for %s: %r", topic, exc)
                 partitions = None
             if partitions:
@@ -119,23 +145,28 @@ class VerdictListener:
         self.ready.set()
 
     async def _run(self) -> None:
+        if self._consumer is None:
+            await self._connect()
         consumer = self._consumer
         assert consumer is not None
         while not self.ready.is_set():
             try:
                 await self._assign()
-            except Exception as exc:
-                log.warning("cannot position on %s yet: %r", self.settings.control_topic, exc)
+            except Exception as exc:  # noqa: BLE001
+                self.outage.failed(exc)
                 await asyncio.sleep(0.5)
+        self.outage.recovered()
         decode, handler, wants, on_foreign = self._decoder.decode, self.handler, self.wants, self.on_foreign
         verify = self.verifier.verify if self.verifier is not None else None
         backoff = 0.05
         while True:
             try:
                 batches = await consumer.getmany(timeout_ms=1000, max_records=2000)
+                if backoff != 0.05:
+                    self.outage.recovered()
                 backoff = 0.05
-            except Exception as exc:  # never let the listener die: gates would only ever time out
-                log.warning("verdict fetch failed: %r", exc)
+            except Exception as exc:  # noqa: BLE001 - never let the listener die: gates would only ever time out
+                self.outage.failed(exc)
                 await asyncio.sleep(backoff)
                 backoff = min(2.0, backoff * 2)
                 continue

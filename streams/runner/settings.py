@@ -11,18 +11,30 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
 - ``check_timeout=2.0``: a gate never holds a run longer than this; past it
   the call is allowed (fail open) and counted.
 - ``require_broker=False``: a broker that cannot be reached at start does not
-  stop the agent; the client stays closed and every check fails open, counted
-  (``True`` makes ``start()`` raise instead).
+  stop the agent; the client connects in the background whenever the broker
+  comes up (``True`` makes ``start()`` raise instead).
+- ``max_buffered=10000``: events kept while the broker is away; past that,
+  new ones are dropped and counted (never blocking the agent).
+- ``decisions="auto"``: decide the per-run rules in-process (``local``) when
+  the runner has the fleet's config (``config``, a file; or a mapping given to
+  :class:`~loopwarden.runner.LoopClient`), else ask the worker (``worker``,
+  gate round trips). The config topic's overrides apply on top, live, as on
+  the workers. Only a runner holding the workers' config file can decide
+  exactly what they would, hence ``auto``.
 - ``verdict_keys`` / ``verdict_keys_file``: the workers' Ed25519 public keys
   (base64, comma-separated; or a file of PEM blocks or base64 lines). When
   set, a verdict not signed by one of them is dropped and counted
   (``ClientStats.signature_rejected``); unset, every verdict is read as before.
+
+Every field can be set by ``LOOPWARDEN_RUNNER_<FIELD>`` (e.g.
+``LOOPWARDEN_RUNNER_BOOTSTRAP``, ``LOOPWARDEN_RUNNER_CONFIG``); arguments win
+(streams/runner/RUNNER.md, "Settings").
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -46,6 +58,13 @@ class ClientSettings(SecuritySettings, kw_only=True):
     client_id: str = "loopwarden-runner"
     verdict_keys: str | None = None
     verdict_keys_file: str | None = None
+    max_buffered: int = 10000
+    reconnect_backoff_max: float = 5.0
+    outage_log_interval: float = 60.0
+    decisions: Literal["auto", "local", "worker"] = "auto"
+    config: str | None = None  # the fleet's config file (JSON/JSON5), the fallback of local decisions
+    config_topic: str = "agent.loop-config"
+    max_local_runs: int = 10000  # runs whose state a local decider keeps (least recently used dropped)
 
     @property
     def servers(self) -> list[str]:

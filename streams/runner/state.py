@@ -18,15 +18,19 @@ from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
 
 DecisionAction = Literal["allow", "warn", "block", "abort"]
-DecisionSource = Literal["verdict", "pending_block", "aborted", "timeout", "error", "closed"]
+DecisionSource = Literal["local", "verdict", "pending_block", "aborted", "timeout", "error", "offline", "closed"]
+_RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
+MAX_DECIDED = 256  # a run's recent local decisions, by call id (to recognise the worker repeating one)
 
 
 class Decision(msgspec.Struct, kw_only=True):
     """The answer of a gate check.
 
-    ``source`` says where it came from: the worker's ``verdict``; the run's
-    remembered ``pending_block`` or ``aborted`` state (nothing published);
-    or fail-open ``timeout`` / ``error`` / ``closed`` (action ``allow``).
+    ``source`` says where it came from: the runner's own ``local`` decision;
+    the worker's ``verdict``; the run's remembered ``pending_block`` or
+    ``aborted`` state; or fail-open ``timeout`` / ``error`` / ``offline``
+    (the broker is away: answered at once) / ``closed`` (client not started),
+    all with action ``allow``.
     """
 
     action: DecisionAction
@@ -53,7 +57,7 @@ class Decision(msgspec.Struct, kw_only=True):
 
     @property
     def failed_open(self) -> bool:
-        return self.source in ("timeout", "error", "closed")
+        return self.source in ("timeout", "error", "offline", "closed")
 
     def blocked_result(self) -> dict:
         """The tool result to give the model instead of running the call (block or abort)."""
@@ -81,7 +85,13 @@ class ClientStats(msgspec.Struct, kw_only=True):
     callback_errors: int = 0
     encode_fallbacks: int = 0  # payload values sent as their repr (not JSON-encodable)
     acks_sent: int = 0
-    start_errors: int = 0  # start() found no broker: the client stays closed and every check fails open
+    start_errors: int = 0  # start() found no broker: the client connects later by itself
+    events_dropped: int = 0  # the outbox was full (broker away too long): dropped, never blocking the agent
+    disconnects: int = 0  # the producer lost the broker (it reconnects by itself)
+    local_decisions: int = 0  # events decided in-process
+    local_errors: int = 0  # local decisions that raised (the call was allowed)
+    verdicts_agreed: int = 0  # worker verdicts repeating a local decision (dropped)
+    corrections: int = 0  # worker verdicts stricter than the local decision (applied to the next call)
 
     @property
     def fail_open(self) -> int:
@@ -99,13 +109,29 @@ class RunState:
     - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded).
     """
 
-    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked")
+    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked", "_decided")
 
     def __init__(self) -> None:
         self.pending_block: Verdict | None = None
         self.aborted: Verdict | None = None
         self.warnings: deque[Verdict] = deque(maxlen=64)
         self.abort_acked = False  # the abort is acknowledged once, however many checks it answers
+        self._decided: OrderedDict[str, str] | None = None  # call id -> local action (local mode only)
+
+    def decided(self, call_id: str, action: str) -> None:
+        """Remember the runner's own decision for a call (bounded)."""
+        if self._decided is None:
+            self._decided = OrderedDict()
+        self._decided[call_id] = action
+        if len(self._decided) > MAX_DECIDED:
+            self._decided.popitem(last=False)
+
+    def covers(self, verdict: Verdict) -> bool:
+        """Whether the runner already decided at least as strictly as the worker's ``verdict``."""
+        if verdict.action == "abort" and self.aborted is not None:
+            return True
+        own = self._decided.get(verdict.tool_call_id) if self._decided and verdict.tool_call_id else None
+        return own is not None and _RANK[own] >= _RANK.get(verdict.action, 0)
 
     def apply(self, verdict: Verdict) -> None:
         if verdict.action == "block":

@@ -28,6 +28,7 @@ from loopwarden.fleet.response import IncidentBoard
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
+from loopwarden.worker import audit
 from loopwarden.worker.exposure import keyed_hashes
 from loopwarden.worker.runcodec import RunValue, adopt_legacy, state_key
 from loopwarden.worker.screening import dead_letter_value, screen
@@ -88,6 +89,7 @@ class Counts(msgspec.Struct, kw_only=True):
     ack_seconds: list = msgspec.field(default_factory=list)  # verdict -> ack, acks that matched an awaited verdict
     unacked: Counter = msgspec.field(default_factory=Counter)  # action: deadline passed (or the run ended)
     violations: Counter = msgspec.field(default_factory=Counter)  # kind
+    runner_decisions: Counter = msgspec.field(default_factory=Counter)  # (agent label, agreement)
 
 
 class BatchResult(msgspec.Struct, kw_only=True):
@@ -296,6 +298,8 @@ def apply_batch(
         if after_step is not None:
             for topic_, key_, value_ in after_step(state_in, event, d):
                 outgoing.append(Outgoing(topic_, key_, value_, f"{topic}:{partition}:{offset}"))
+        if d.agreement is not None:  # a call the runner decided itself: counted once, agreed or not
+            counts.runner_decisions[audit.label(fleet, event.agent_id, d.agreement)] += 1
         source = d.source  # set when the event decided a verdict or an allow
         if source is None and d.violation is None and not d.detections and not d.unacked and cls is not VerdictAck:
             continue  # the common case: nothing to publish or count for this event
@@ -309,6 +313,8 @@ def apply_batch(
         for action in d.unacked:
             counts.unacked[action] += 1
         for v in d.verdicts:  # shadowed: the run goes on as without loopwarden, nothing on the control topic
+            if not v.published:  # the runner decided it itself: no duplicate on the control topic
+                continue
             det = v.detection
             mode = "enforce" if v.enforced else "shadow"
             counts.verdicts[(det.action, det.detector, mode)] += 1

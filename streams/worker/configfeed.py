@@ -132,8 +132,8 @@ class ConfigFeed:
             client_id="loopwarden-config",
             **self.client_kwargs,
         )
-        await consumer.start()
         try:
+            await consumer.start()
             tps = await assign_from_start(consumer, self.topic)
             while True:
                 batches = await consumer.getmany(timeout_ms=200, max_records=1000)

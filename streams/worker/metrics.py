@@ -1,8 +1,9 @@
 """Prometheus metrics of one worker (names are a contract with deploy/ dashboards and alerts).
 
 Labels stay bounded: event type, detector, level, action, mode, reason, topic
-and partition; tool names are capped to a configured set (else ``other``);
-never a run, session or agent id. Each worker owns a registry, so several
+and partition; tool names are capped to a configured set (else ``other``),
+agent ids to the agents the config names (else ``other``,
+:func:`loopwarden.worker.audit.agent_label`); never a run or session id. Each worker owns a registry, so several
 apps in one process (tests) do not collide.
 """
 
@@ -147,6 +148,14 @@ class Metrics:
         )
         self.incident_runs = Gauge(
             "loopwarden_incident_runs", "Runs joined to open incidents, by tool", ["tool"], registry=r
+        )
+        # Runners that decide locally (loopwarden.worker.audit): the worker's decision against theirs.
+        self.runner_decisions = Counter(
+            "loopwarden_runner_decisions",
+            "Locally decided tool calls audited, by agent (capped to the config's agents) and agreement: "
+            "same, runner_laxer (the worker published a correction), runner_stricter",
+            ["agent", "agreement"],
+            registry=r,
         )
         self.assigned_partitions = Gauge(
             "loopwarden_assigned_partitions", "Input-topic partitions assigned to this worker", registry=r

@@ -122,6 +122,8 @@ class RunProcessor:
             m.unacked.labels(action).inc(n)
         for kind, n in c.violations.items():
             m.violations.labels(kind).inc(n)
+        for labels, n in c.runner_decisions.items():
+            m.runner_decisions.labels(*labels).inc(n)
         observe = m.ack_seconds.observe
         for dt in c.ack_seconds:
             observe(dt)

@@ -38,8 +38,17 @@ def worker_fixture(tag: str):
 
 
 def client_for(tansu: str, worker: WorkerProcess, **overrides) -> LoopClient:
+    """A client deciding locally with the worker's config (the default for a runner that has it);
+    ``decisions="worker"`` for gate round trips."""
     names = worker.names
-    return LoopClient(bootstrap=tansu, events_topic=names.events, control_topic=names.control, **overrides)
+    overrides.setdefault("config", CONFIG)
+    return LoopClient(
+        bootstrap=tansu,
+        events_topic=names.events,
+        control_topic=names.control,
+        config_topic=names.config,
+        **overrides,
+    )
 
 
 def closed_port_client() -> LoopClient:

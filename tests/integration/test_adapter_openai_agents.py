@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -39,9 +40,10 @@ def agent_with_counting_tool(model: ScriptedModel, fail: bool = False) -> tuple[
     runs: list = []
 
     @function_tool
-    def lookup(q: str) -> str:
+    async def lookup(q: str) -> str:
         """Look something up."""
         runs.append(q)
+        await asyncio.sleep(0.005)  # a tool that awaits: concurrent runs interleave here
         if fail:
             raise RuntimeError("backend down")
         return "status: pending"
@@ -119,3 +121,53 @@ async def test_broker_down_calls_go_ahead():
         assert len(runs) == REPEATS and result.final_output == "giving up"
         assert client.stats.fail_open == REPEATS and client.stats.start_errors == 1
         assert not any(BLOCK_TEXT in text for text in outputs(result).values())
+
+
+async def test_two_concurrent_runs_with_colliding_call_ids_stay_apart(tansu, worker):
+    """Both runs number their calls call_0, call_1, ...: each must get its own decisions and outputs,
+    with tracing off and no trace id (lw.run gives each run an id of its own) and run_end at the end."""
+    loop_agent, loop_runs = agent_with_counting_tool(scripted(REPEATS, {"q": "job 42"}))
+    varied = ScriptedModel(
+        [
+            *[[function_call("lookup", {"q": f"job {i}"}, call_id=f"call_{i}")] for i in range(REPEATS)],
+            [assistant_message("done")],
+        ]
+    )
+    other_agent, other_runs = agent_with_counting_tool(varied)
+    async with client_for(tansu, worker) as client:
+        sent: list = []
+        publish = client._put
+
+        def spy(event, key):
+            sent.append(event)
+            return publish(event, key)
+
+        client._put = spy
+        lw = guard_agent(loop_agent, client, agent_id="oa-pair")
+        lw.attach(other_agent)  # one guard, two agents run at once
+        thread = rid("oa-pair")
+        config = RunConfig(group_id=thread, tracing_disabled=True)
+        looped, plain = await asyncio.gather(
+            lw.run(loop_agent, "poll", run_config=config, max_turns=REPEATS + 5),
+            lw.run(other_agent, "walk", run_config=config, max_turns=REPEATS + 5),
+        )
+        out = outputs(looped)
+        assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(loop_runs))
+        assert len(other_runs) == REPEATS
+        assert all("[loopwarden]" not in text and BLOCK_TEXT not in text for text in outputs(plain).values())
+        ends = [e for e in sent if type(e).__name__ == "RunEnd"]
+        assert len(ends) == 2 and len({e.run_id for e in ends}) == 2 and all(e.session_id == thread for e in ends)
+
+
+async def test_a_tool_shared_by_two_guarded_agents_is_gated_once(tansu, worker):
+    model = scripted(REPEATS, {"q": "job 42"})
+    agent, runs = agent_with_counting_tool(model)
+    sibling = Agent(name="oa-sibling", tools=list(agent.tools), model=model)
+    async with client_for(tansu, worker) as client:
+        lw = guard_agent(agent, client)
+        guard_agent(sibling, client)  # same tool objects: already gated
+        assert [g.name for g in agent.tools[0].tool_input_guardrails] == ["loopwarden"]
+        result = await lw.run(agent, "poll", run_config=RunConfig(group_id=rid("oa-shared")), max_turns=REPEATS + 5)
+        out = outputs(result)
+        assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(runs))
+        assert client.stats.checks == REPEATS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -15,6 +16,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolRetu
 from pydantic_ai.models.function import FunctionModel  # noqa: E402
 
 from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
+from loopwarden.runner.wire import RunRef  # noqa: E402
 
 from .adapter_cases import (
     BLOCK_TEXT,
@@ -31,15 +33,17 @@ pytestmark = pytest.mark.integration
 worker = worker_fixture("pa")
 
 
-def scripted(n: int, args: dict) -> tuple[FunctionModel, list]:
-    """A model that asks for the same call ``n`` times, then answers; records each request."""
+def scripted(n: int, args: dict, vary: bool = False) -> tuple[FunctionModel, list]:
+    """A model that asks for the same call ``n`` times (``vary``: other arguments each time), then
+    answers; records each request."""
     requests: list = []
 
     def respond(messages, info):
         requests.append(messages)
         i = len(requests) - 1
         if i < n:
-            return ModelResponse(parts=[ToolCallPart("lookup", args, tool_call_id=f"call_{i}")])
+            call_args = {k: f"{v} {i}" for k, v in args.items()} if vary else args
+            return ModelResponse(parts=[ToolCallPart("lookup", call_args, tool_call_id=f"call_{i}")])
         return ModelResponse(parts=[TextPart("giving up")])
 
     return FunctionModel(respond), requests
@@ -50,9 +54,10 @@ def agent_for(model: FunctionModel, *capabilities) -> tuple[Agent, list]:
     agent = Agent(model, name="pa-agent", capabilities=list(capabilities))
 
     @agent.tool_plain
-    def lookup(q: str) -> str:
+    async def lookup(q: str) -> str:
         """Look something up."""
         runs.append(q)
+        await asyncio.sleep(0.005)  # a tool that awaits: concurrent runs interleave here
         return "status: pending"
 
     return agent, runs
@@ -96,11 +101,13 @@ async def test_compaction_loop_ends_the_run_by_abort(tansu, worker):
     async with client_for(tansu, worker) as client:
         lw = LoopwardenCapability(client, timeout=10.0)
         agent, runs = agent_for(model, lw, Compacted(lw))
+        conversation, run_id = rid("pa-compact"), uuid.uuid4().hex
         with pytest.raises(RunCancelled):
-            await agent.run("read the log", conversation_id=rid("pa-compact"), run_id=uuid.uuid4().hex)
-        assert len(runs) == GUARD_WINDOW and len(requests) == GUARD_WINDOW + 1
-        s = client.stats
-        assert s.aborted == 1 and s.acks_sent == 1
+            await agent.run("read the log", conversation_id=conversation, run_id=run_id)
+        # decided locally on the third outcome: cancelled right after it, the model not asked again
+        assert len(runs) == GUARD_WINDOW and len(requests) == GUARD_WINDOW
+        abort = lw.gate.aborted(RunRef(agent_id="any", session_id=conversation, run_id=run_id))
+        assert abort.detector == "compaction_loop_persisted" and client.stats.acks_sent == 1
 
 
 async def test_broker_down_calls_go_ahead():
@@ -111,3 +118,21 @@ async def test_broker_down_calls_go_ahead():
         assert len(runs) == REPEATS and result.output == "giving up"
         assert client.stats.fail_open == REPEATS and client.stats.start_errors == 1
         assert not any(BLOCK_TEXT in text for text in returns(result.all_messages()).values())
+
+
+async def test_two_concurrent_runs_with_colliding_call_ids(tansu, worker):
+    looping, _ = scripted(REPEATS, {"q": "job 42"})
+    walking, _ = scripted(REPEATS, {"q": "job"}, vary=True)
+    async with client_for(tansu, worker) as client:
+        lw = LoopwardenCapability(client)
+        loop_agent, loop_runs = agent_for(looping, lw)
+        walk_agent, walk_runs = agent_for(walking, lw)
+        conversation = rid("pa-pair")
+        a, b = await asyncio.gather(
+            loop_agent.run("poll", conversation_id=conversation),
+            walk_agent.run("walk", conversation_id=conversation),
+        )
+        out = returns(a.all_messages())
+        assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(loop_runs))
+        assert len(walk_runs) == REPEATS
+        assert all("[loopwarden]" not in t and BLOCK_TEXT not in t for t in returns(b.all_messages()).values())

@@ -39,6 +39,8 @@ REQUIRED_PANELS = {
     "Tokens burnt in loops per hour": "loopwarden_loop_tokens_total",
     "Loop cost per hour": "loopwarden_loop_cost_total",
     "Top tools by loop tokens": "loopwarden_loop_tokens_total",
+    "Runner decisions by agreement": "loopwarden_runner_decisions_total",
+    "Runner disagreement by agent": "loopwarden_runner_decisions_total",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

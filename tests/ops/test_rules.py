@@ -24,6 +24,7 @@ REQUIRED_ALERTS = {
     "LoopwardenWorkersAbsent",
     "LoopwardenWorkerNotReady",
     "LoopwardenConsumerLagGrowing",
+    "LoopwardenRunnerDisagrees",
 }
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

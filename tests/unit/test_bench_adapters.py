@@ -21,13 +21,16 @@ def test_a_framework_that_is_not_installed_is_skipped(monkeypatch):
     assert "skipped" in adapters.table(report)
 
 
+@pytest.mark.parametrize("mode", adapters.MODES)
 @pytest.mark.parametrize("framework", adapters.FRAMEWORKS)
-def test_each_harness_gates_its_call_through_the_adapter(framework):
+def test_each_harness_gates_its_call_through_the_adapter(framework, mode):
     if adapters._missing(framework):
         pytest.skip(adapters._missing(framework))
 
     async def go() -> tuple[LoopClient, list]:
-        client = LoopClient(bootstrap="kafka://127.0.0.1:1")  # not started: every check fails open, counted
+        # not started: worker-mode checks fail open (counted); local ones are decided in-process
+        client = LoopClient(bootstrap="kafka://127.0.0.1:1", **adapters._options(mode))
+        assert client.local == (mode == "local")
         harness = adapters.HARNESSES[framework](client)
         rotation = adapters._Rotation(harness)
         samples: list = []

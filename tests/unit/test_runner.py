@@ -285,9 +285,10 @@ async def test_start_with_no_broker_fails_open_unless_required():
 
     port = free_port()  # nothing listens there
     client = await asyncio.wait_for(LoopClient(bootstrap=f"127.0.0.1:{port}", request_timeout_ms=1000).start(), 30)
-    assert client.stats.start_errors == 1 and not client.listening
-    d = await client.run("a", run_id="r1").check("read", {"p": 1})
-    assert (d.action, d.source) == ("allow", "closed") and client.stats.fail_open == 1
+    assert client.stats.start_errors == 1 and not client.listening and not client.connected
+    d = await client.run("a", run_id="r1").check("read", {"p": 1})  # answered at once, not after a timeout
+    assert (d.action, d.source) == ("allow", "offline") and client.stats.fail_open == 1
+    assert client.buffered == 1  # the call waits for the broker in the outbox, the agent does not
     await client.close()
     with pytest.raises(Exception):  # noqa: B017 (whatever aiokafka raises for a dead broker)
         await asyncio.wait_for(
@@ -302,22 +303,30 @@ async def test_a_block_answered_by_the_runs_abort_is_acknowledged_too():
     sent: list = []
     loop = asyncio.get_running_loop()
 
-    class Producer:  # delivers the worker's two verdicts for the call in one go, as one fetch would
-        async def send(self, topic, value, key=None):
-            call_id = decode_event(value).tool_call_id
+    class Outbox:  # delivers the worker's two verdicts for the call in one go, as one fetch would
+        connected = asyncio.Event()
+
+        def put(self, topic, key, value):
+            event = decode_event(value)
+            if type(event).__name__ != "ToolCall":
+                sent.append(event)
+                return True
+            call_id = event.tool_call_id
             loop.call_soon(client._on_verdict, b"r1", verdict("b", "block", tool_call_id=call_id))
             loop.call_soon(
                 client._on_verdict, b"r1", verdict("e", "abort", tool_call_id=call_id, detector="escalation")
             )
-            done = loop.create_future()
-            done.set_result(None)
-            return done
+            return True
 
     async def publish(event):
         sent.append(event)
         return True
 
-    client._producer = Producer()
+    from types import SimpleNamespace
+
+    client._outbox = Outbox()
+    client._outbox.connected.set()
+    client._listener = SimpleNamespace(ready=client._outbox.connected)  # "listening"
     client.publish = publish
     run = client.run("a", run_id="r1")
     d = await run.check("read", {"p": 1})

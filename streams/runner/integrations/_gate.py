@@ -43,7 +43,8 @@ class Gate:
         self.timeout = timeout
         self._runs: OrderedDict[str, Run] = OrderedDict()
         self._max_runs = max(1, max_runs)
-        self._pending: OrderedDict[str, Decision] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, str], Decision] = OrderedDict()  # (run key, call id)
+        self._ended_aborts: OrderedDict[str, Any] = OrderedDict()  # run key -> abort verdict of an ended run
         self._max_pending = max(1, max_pending)
 
     def run(self, ref: RunRef) -> Run:
@@ -82,19 +83,32 @@ class Gate:
         await self._quiet(self.run(ref).compaction_retry(reason))
 
     async def end(self, ref: RunRef) -> None:
-        """Publish ``run_end`` (acks an abort) and forget the run."""
+        """Publish ``run_end`` (acks an abort) and forget the run (an abort is remembered, bounded)."""
         run = self._runs.pop(ref.key, None) or self.client.run(ref.agent_id, ref.session_id, ref.run_id)
+        if run.aborted is not None:
+            self._ended_aborts[ref.key] = run.aborted
+            if len(self._ended_aborts) > self._max_runs:
+                self._ended_aborts.popitem(last=False)
         await self._quiet(run.end())
+
+    def aborted(self, ref: RunRef) -> Any:
+        """The run's abort verdict, also after the run ended; None if it was not aborted."""
+        ended = self._ended_aborts.get(ref.key)
+        if ended is not None:
+            return ended
+        run = self._runs.get(ref.key)
+        return run.aborted if run is not None else None
 
     # decisions between "before the tool" and "after the tool" hooks (frameworks that split them)
 
-    def hold(self, call_id: str, decision: Decision) -> None:
-        self._pending[call_id] = decision
+    def hold(self, key: str, call_id: str, decision: Decision) -> None:
+        """Keep a call's decision until its outcome, per run: runs may number their call ids alike."""
+        self._pending[(key, call_id)] = decision
         if len(self._pending) > self._max_pending:
             self._pending.popitem(last=False)
 
-    def take(self, call_id: str) -> Decision | None:
-        return self._pending.pop(call_id, None)
+    def take(self, key: str, call_id: str) -> Decision | None:
+        return self._pending.pop((key, call_id), None)
 
     async def _quiet(self, awaitable: Any) -> None:
         try:

@@ -1,11 +1,19 @@
 """loopwarden for the OpenAI Agents SDK (``pip install 'loopwarden[openai-agents]'``).
 
 One call attaches a tool input guardrail and a tool output guardrail to
-every function tool of an agent, and gives the run config that reports
-tool exceptions::
+every function tool of an agent; :meth:`LoopwardenGuardrails.run` runs the
+agent as ``Runner.run`` does, with the run config that reports tool
+exceptions, a run id of its own and a ``run_end`` when it returns or
+raises::
 
     lw = guard_agent(agent, client)                 # agent.tools now gated
-    result = await Runner.run(agent, "...", run_config=lw.run_config(RunConfig(group_id=thread)))
+    result = await lw.run(agent, "...", run_config=RunConfig(group_id=thread), max_turns=30)
+
+(``Runner.run(agent, ..., run_config=lw.run_config(...))`` works too, but
+then the runner ends each run itself with :meth:`LoopwardenGuardrails.end`;
+without a ``run_end``, and with tracing off, one conversation is one run
+that never ends.) With a client that decides locally (``LoopClient(config=...)``)
+no call waits for the broker.
 
 - ``allow``: the tool runs; the output guardrail publishes its output;
 - ``warn``: the tool runs; the output guardrail hands the model the output
@@ -22,22 +30,35 @@ A tool that raises is published as that call's ``error`` (the real exception,
 through ``RunConfig.tool_error_formatter``, which this wraps: a formatter
 you set still decides the message the model sees).
 
+How the caller learns that a run was aborted: ``lw.run`` (or
+``Runner.run``) raises ``ToolInputGuardrailTripwireTriggered``; its
+``guardrail_result.output.output_info`` is the abort
+:class:`~loopwarden.runner.state.Decision`. An abort decided on a tool's
+result (the post-compaction guard) answers the run's next call the same way.
+
 Run identity: ``agent_id`` is the constructor's, else the agent's ``name``;
 ``session_id`` is ``RunConfig.group_id`` (a conversation or thread);
-``run_id`` is the run's trace id (each ``Runner.run`` has its own; with
-tracing disabled, ``RunConfig.trace_id`` if you set one, else the run is the
-session). Pass ``resolve=`` (a function of the guardrail's ``ToolContext``
-returning a :class:`~loopwarden.runner.wire.RunRef`) to map them differently.
+``run_id`` is the run's trace id (each ``Runner.run`` has its own); with
+tracing disabled, ``RunConfig.trace_id`` if you set one, else the id
+:meth:`LoopwardenGuardrails.run` gave the run, else the run is the session.
+Pending decisions and tool errors are kept per run and call id, so two
+concurrent runs that number their call ids alike never mix. A tool shared
+by several guarded agents is gated once (the first guardrails attached to
+it; the calling agent's name still names the run). Pass ``resolve=`` (a
+function of the guardrail's ``ToolContext`` returning a
+:class:`~loopwarden.runner.wire.RunRef`) to map them differently.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig
+from agents import Agent, FunctionTool, RunConfig, Runner
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
@@ -51,6 +72,22 @@ from loopwarden.runner.integrations._gate import Gate, block_message, warning_no
 from loopwarden.runner.wire import RunRef
 
 Resolve = Callable[[Any], RunRef]
+GUARDRAIL_NAME = "loopwarden"
+
+
+class _Scope:
+    """One :meth:`LoopwardenGuardrails.run`: its run id and the runs it touched (ended at its end)."""
+
+    __slots__ = ("run_id", "refs", "config", "agent")
+
+    def __init__(self, config: RunConfig, agent: Any) -> None:
+        self.run_id = f"run_{uuid.uuid4().hex}"
+        self.refs: dict[str, RunRef] = {}
+        self.config = config
+        self.agent = agent
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("loopwarden_openai_run", default=None)
 
 
 def _params(arguments: Any) -> Any:
@@ -71,32 +108,52 @@ class LoopwardenGuardrails:
         self.gate = Gate(client, timeout=timeout)
         self.agent_id = agent_id
         self._resolve = resolve
-        self._errors: dict[str, BaseException] = {}
-        self.input_guardrail = ToolInputGuardrail(guardrail_function=self._before, name="loopwarden")
-        self.output_guardrail = ToolOutputGuardrail(guardrail_function=self._after, name="loopwarden")
+        self._errors: dict[tuple[str, str], BaseException] = {}  # (run key, call id) -> the tool's exception
+        self.input_guardrail = ToolInputGuardrail(guardrail_function=self._before, name=GUARDRAIL_NAME)
+        self.output_guardrail = ToolOutputGuardrail(guardrail_function=self._after, name=GUARDRAIL_NAME)
 
     def ref(self, ctx: Any, agent: Any = None) -> RunRef:
+        scope = _SCOPE.get()
         if self._resolve is not None:
-            return self._resolve(ctx)
-        config = getattr(ctx, "run_config", None)
-        trace = get_current_trace()
-        run_id = trace.trace_id if trace is not None and trace.trace_id != "no-op" else None
-        run_id = run_id or getattr(config, "trace_id", None)
-        name = self.agent_id or getattr(agent, "name", None) or "openai-agents"
-        return RunRef(agent_id=name, session_id=getattr(config, "group_id", None), run_id=run_id)
+            ref = self._resolve(ctx)
+        else:
+            config = getattr(ctx, "run_config", None) or (scope.config if scope is not None else None)
+            agent = agent or getattr(ctx, "agent", None) or (scope.agent if scope is not None else None)
+            trace = get_current_trace()
+            run_id = trace.trace_id if trace is not None and trace.trace_id != "no-op" else None
+            run_id = run_id or getattr(config, "trace_id", None) or (scope.run_id if scope is not None else None)
+            name = self.agent_id or getattr(agent, "name", None) or "openai-agents"
+            ref = RunRef(agent_id=name, session_id=getattr(config, "group_id", None), run_id=run_id)
+        if scope is not None and len(scope.refs) < 64:
+            scope.refs.setdefault(f"{ref.agent_id}\0{ref.key}", ref)
+        return ref
 
     def attach(self, agent: Agent) -> Agent:
-        """Gate every function tool of ``agent`` (idempotent)."""
+        """Gate every function tool of ``agent`` (idempotent); a tool another guard already gates is left
+        to it, so a tool shared by two guarded agents is gated once per call."""
         for tool in agent.tools:
             if not isinstance(tool, FunctionTool):
                 continue
             inputs = tool.tool_input_guardrails = list(tool.tool_input_guardrails or [])
             outputs = tool.tool_output_guardrails = list(tool.tool_output_guardrails or [])
-            if self.input_guardrail not in inputs:
-                inputs.insert(0, self.input_guardrail)  # first: a refused call runs no other guardrail
-            if self.output_guardrail not in outputs:
-                outputs.append(self.output_guardrail)
+            if any(getattr(g, "name", None) == GUARDRAIL_NAME for g in inputs):
+                continue
+            inputs.insert(0, self.input_guardrail)  # first: a refused call runs no other guardrail
+            outputs.append(self.output_guardrail)
         return agent
+
+    async def run(self, agent: Agent, input: Any, *, run_config: RunConfig | None = None, **kwargs: Any) -> Any:
+        """``Runner.run`` with this guard's run config, a run id of its own (used when there is no trace
+        id) and ``run_end`` for the run when it returns or raises (an abort acknowledged with it)."""
+        config = self.run_config(run_config)
+        scope = _Scope(config, agent)
+        token = _SCOPE.set(scope)
+        try:
+            return await Runner.run(agent, input, run_config=config, **kwargs)
+        finally:
+            _SCOPE.reset(token)
+            for ref in scope.refs.values():
+                await self.gate.end(ref)
 
     def run_config(self, base: RunConfig | None = None) -> RunConfig:
         """``base`` (or a new RunConfig) whose ``tool_error_formatter`` also records the exception."""
@@ -105,7 +162,7 @@ class LoopwardenGuardrails:
 
         async def formatter(args: Any) -> str | None:
             if args.kind == "tool_exception" and args.error is not None:
-                self._errors[args.call_id] = args.error
+                self._errors[(self.ref(args.run_context).key, args.call_id)] = args.error
                 if len(self._errors) > 4096:
                     self._errors.pop(next(iter(self._errors)))
             if inner is None:
@@ -120,7 +177,7 @@ class LoopwardenGuardrails:
         ref = self.ref(ctx, data.agent)
         decision = await self.gate.check(ref, ctx.tool_name, _params(ctx.tool_arguments), ctx.tool_call_id)
         if decision.proceed:
-            self.gate.hold(ctx.tool_call_id, decision)
+            self.gate.hold(ref.key, ctx.tool_call_id, decision)
             return ToolGuardrailFunctionOutput.allow(output_info=decision)
         await self.gate.refused(decision)
         if decision.action == "abort":
@@ -129,8 +186,9 @@ class LoopwardenGuardrails:
 
     async def _after(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         call_id = data.context.tool_call_id
-        decision = self.gate.take(call_id)
-        error = self._errors.pop(call_id, None)
+        key = self.ref(data.context, data.agent).key
+        decision = self.gate.take(key, call_id)
+        error = self._errors.pop((key, call_id), None)
         if decision is None:  # not gated by us (a guardrail list edited by hand): nothing to report
             return ToolGuardrailFunctionOutput.allow()
         if error is not None:
@@ -144,7 +202,12 @@ class LoopwardenGuardrails:
             )
         return ToolGuardrailFunctionOutput.allow(output_info=decision)
 
-    async def compaction_retry(self, ref: RunRef, reason: str | None = None) -> None:
+    async def compaction_retry(self, where: Any = None, reason: str | None = None) -> None:
+        """Report that a run compacted its context and retries (arms the post-compaction guard).
+
+        ``where``: a :class:`RunRef`; or a ``ToolContext``/``RunContextWrapper`` of the run (e.g. in a
+        hook); or nothing, inside :meth:`run` (the current run)."""
+        ref = where if isinstance(where, RunRef) else self.ref(where)
         await self.gate.compaction_retry(ref, reason)
 
     async def end(self, ref: RunRef) -> None:

@@ -10,7 +10,14 @@ Every tool call goes through ``wrap_tool_execute``, before the tool runs:
 - ``block``: the tool does not run; the block message is returned as that
   call's result (the model's own tool call id);
 - ``abort``: as block, and ``ctx.cancel()``: the run ends with
-  ``RunCancelled``.
+  ``RunCancelled``. An abort decided on a tool's result (the post-compaction
+  guard, when the client decides locally) cancels the run right after that
+  result.
+
+How the caller learns that a run was aborted: ``agent.run`` raises
+``RunCancelled``; ``capability.gate.aborted(capability.ref(ctx))`` (or the
+client's ``run.aborted``) holds the abort verdict. With a client that
+decides locally (``LoopClient(config=...)``) no call waits for the broker.
 
 Run identity: ``agent_id`` is the constructor's, else the agent's ``name``;
 ``session_id`` is the run's ``conversation_id``; ``run_id`` its ``run_id``
@@ -84,6 +91,9 @@ class LoopwardenCapability(AbstractCapability[Any]):
             raise
         warned = decision.action == "warn"
         await self.gate.finished(decision, result=result, warned=warned)
+        if self.gate.run(decision_ref := self.ref(ctx)).aborted is not None:
+            ctx.cancel()  # the outcome completed a loop that ends the run (decided on the result)
+            del decision_ref
         if not warned:
             return result
         note = warning_note(decision)

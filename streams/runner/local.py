@@ -1,0 +1,195 @@
+"""Local decisions: the per-run rules decided in the runner's process, as the worker decides them.
+
+A runner that embeds the engine does not wait for a Kafka round trip per
+tool call: :func:`decide` applies one event of one run with the same calls
+as the worker's batch path (``step()``, then violations and escalation from
+:mod:`loopwarden.detection.enforcement`) on the runner's own per-run state,
+and returns the verdicts the worker would publish. :class:`LocalDecider`
+keeps those states (bounded, least recently used dropped) and numbers its
+verdicts ``runner:<instance>:<n>``. :class:`ConfigSource` gives it the
+fleet's config: a fallback (file or mapping) with the compacted config
+topic's records on top, read in full at start and then live, reconnecting
+by itself (the worker's :class:`~loopwarden.worker.configfeed.ConfigFeed`,
+which needs no Faust).
+
+What a runner cannot see (other runs, fleet incidents) stays with the
+worker, which audits the runner's decisions (schemas/WIRE.md, "Runner
+decisions").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from loopwarden.detection import RunState as EngineState
+from loopwarden.detection import enforcement, step
+from loopwarden.kafka.connection import kafka_auth
+from loopwarden.runner.outbox import Outage
+from loopwarden.runner.settings import ClientSettings
+from loopwarden.schemas.config import FleetConfig, load_config
+from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
+from loopwarden.schemas.verdicts import Detection, Verdict
+from loopwarden.worker.batch import verdict_for
+from loopwarden.worker.configfeed import ConfigFeed
+
+log = logging.getLogger(__name__)
+
+ACTION_RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
+
+
+class Decided(msgspec.Struct, kw_only=True):
+    """What one event did to a run: its new engine state (None: the run ended) and the verdicts to act on."""
+
+    state: EngineState | None
+    verdicts: list[Verdict]
+    duplicate: bool = False
+
+
+def decide(
+    state: EngineState | None, event: Event, fleet: FleetConfig, next_id: Callable[[], str], now: float
+) -> Decided:
+    """The runner's one decision for one event (the one place to switch to the shared decision function).
+
+    The enforced verdicts in the order the worker publishes them: the
+    emitted, not shadowed detections of ``step()``, then any escalation abort.
+    """
+    found = enforcement.violation(state, event)
+    ext = fleet.extensions_of(event)
+    result = step(state, event, fleet.resolve(event.agent_id), ext=ext)
+    if result.duplicate:
+        return Decided(state=result.state, verdicts=[], duplicate=True)
+    published: list[tuple[str, Detection]] = [
+        (next_id(), det) for det in result.detections if det.emitted and not det.shadow
+    ]
+    extra = enforcement.after_step(result.state, event, found, published, next_id, now, ext.escalation)
+    return Decided(state=result.state, verdicts=[verdict_for(d, event, vid, now) for vid, d in published + extra])
+
+
+def strongest(verdicts: list[Verdict]) -> Verdict | None:
+    """The verdict a call is answered with: abort over block over warn."""
+    best = None
+    for verdict in verdicts:
+        if best is None or ACTION_RANK[verdict.action] > ACTION_RANK[best.action]:
+            best = verdict
+    return best
+
+
+def runner_decision(verdict: Verdict | None) -> RunnerDecision:
+    """The ``decision`` field a locally decided ``tool_call`` carries."""
+    if verdict is None:
+        return RunnerDecision(action="allow")
+    return RunnerDecision(
+        action=verdict.action, verdict_id=verdict.verdict_id, detector=verdict.detector, count=verdict.count
+    )
+
+
+class LocalDecider:
+    """Per-run engine states of one runner and its verdict numbering."""
+
+    def __init__(self, fleet: FleetConfig, max_runs: int = 10000) -> None:
+        self.fleet = fleet
+        self.max_runs = max(1, max_runs)
+        self.evicted = 0
+        self._states: OrderedDict[str, EngineState] = OrderedDict()
+        self._prefix = f"runner:{uuid.uuid4().hex[:12]}"
+        self._seq = itertools.count()
+
+    def _next_id(self) -> str:
+        return f"{self._prefix}:{next(self._seq)}"
+
+    def apply(self, key: str, event: Event, now: float | None = None) -> list[Verdict]:
+        states = self._states
+        state = states.get(key)
+        if state is not None:
+            states.move_to_end(key)
+        decided = decide(state, event, self.fleet, self._next_id, time.time() if now is None else now)
+        if decided.state is None:
+            states.pop(key, None)
+        elif state is None:
+            states[key] = decided.state
+            if len(states) > self.max_runs:
+                states.popitem(last=False)
+                self.evicted += 1
+        return decided.verdicts
+
+    def forget(self, key: str) -> None:
+        self._states.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+def fleet_config(config: FleetConfig | Mapping | str | Path | None) -> FleetConfig:
+    """A fallback config: a FleetConfig, an OpenClaw-shaped document, or a file path."""
+    if config is None:
+        return FleetConfig()
+    if isinstance(config, FleetConfig):
+        return config
+    if isinstance(config, Mapping):
+        return FleetConfig.from_document(dict(config))
+    return load_config(config)
+
+
+class ConfigSource:
+    """The fallback config with the config topic's records on top, kept live; reconnects by itself."""
+
+    def __init__(self, base: FleetConfig, settings: ClientSettings, on_update: Callable[[FleetConfig], Any]) -> None:
+        self.base = base
+        self.settings = settings
+        self._on_update = on_update
+        self.feed = ConfigFeed(
+            base,
+            ",".join(settings.servers),
+            settings.config_topic,
+            on_update=self._updated,
+            client_kwargs=kafka_auth(settings),
+        )
+        self.outage = Outage("config feed", settings.outage_log_interval)
+        self._task: asyncio.Task | None = None
+
+    @property
+    def loaded(self) -> asyncio.Event:
+        return self.feed.loaded
+
+    def _updated(self) -> None:
+        self._on_update(self.feed.fleet)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="loopwarden-config")
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                await self.feed.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - broker down: the last config stays in force
+                self.outage.failed(exc)
+            await asyncio.sleep(backoff)
+            backoff = min(self.settings.reconnect_backoff_max, backoff * 2)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await asyncio.wait_for(task, self.settings.close_timeout)
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+
+
+def mark(call: ToolCall, verdict: Verdict | None) -> ToolCall:
+    """``call`` carrying the runner's decision (and not asking the worker for one)."""
+    return msgspec.structs.replace(call, decision=runner_decision(verdict), await_decision=False)
