@@ -1,9 +1,9 @@
 """Local decisions: the per-run rules decided in the runner's process, as the worker decides them.
 
 A runner that embeds the engine does not wait for a Kafka round trip per
-tool call: :func:`decide` applies one event of one run with the same calls
-as the worker's batch path (``step()``, then violations and escalation from
-:mod:`loopwarden.detection.enforcement`) on the runner's own per-run state,
+tool call: :func:`decide` applies one event of one run with the worker's own
+per-event decision (:func:`~loopwarden.detection.decision.decide_event`) on the
+runner's own per-run state,
 and returns the verdicts the worker would publish. :class:`LocalDecider`
 keeps those states (bounded, least recently used dropped) and numbers its
 verdicts ``runner:<instance>:<n>``. :class:`ConfigSource` gives it the
@@ -32,13 +32,13 @@ from typing import Any
 import msgspec
 
 from loopwarden.detection import RunState as EngineState
-from loopwarden.detection import enforcement, step
+from loopwarden.detection.decision import decide_event
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.outbox import Outage
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
-from loopwarden.schemas.verdicts import Detection, Verdict
+from loopwarden.schemas.verdicts import Verdict
 from loopwarden.worker.batch import verdict_for
 from loopwarden.worker.configfeed import ConfigFeed
 
@@ -56,23 +56,20 @@ class Decided(msgspec.Struct, kw_only=True):
 
 
 def decide(
-    state: EngineState | None, event: Event, fleet: FleetConfig, next_id: Callable[[], str], now: float
+    state: EngineState | None, event: Event, fleet: FleetConfig, name_event: Callable[[Any], str], now: float
 ) -> Decided:
-    """The runner's one decision for one event (the one place to switch to the shared decision function).
+    """The runner's decision for one event: the worker's own :func:`~loopwarden.detection.decision.decide_event`.
 
-    The enforced verdicts in the order the worker publishes them: the
-    emitted, not shadowed detections of ``step()``, then any escalation abort.
+    The enforced verdicts in the order the worker publishes them: the emitted,
+    not shadowed detections, then any escalation abort. Their ids are
+    ``name_event(None)`` (called only when a verdict needs an id) plus the ordinal.
     """
-    found = enforcement.violation(state, event)
-    ext = fleet.extensions_of(event)
-    result = step(state, event, fleet.resolve(event.agent_id), ext=ext)
-    if result.duplicate:
-        return Decided(state=result.state, verdicts=[], duplicate=True)
-    published: list[tuple[str, Detection]] = [
-        (next_id(), det) for det in result.detections if det.emitted and not det.shadow
-    ]
-    extra = enforcement.after_step(result.state, event, found, published, next_id, now, ext.escalation)
-    return Decided(state=result.state, verdicts=[verdict_for(d, event, vid, now) for vid, d in published + extra])
+    d = decide_event(state, event, fleet.resolve(event.agent_id), fleet.extensions_of(event), now, None, name_event)
+    if d.duplicate:
+        return Decided(state=d.state, verdicts=[], duplicate=True)
+    enforced = [v for v in d.verdicts if v.enforced]
+    enforced.extend(d.escalations)
+    return Decided(state=d.state, verdicts=[verdict_for(v.detection, event, d.verdict_id(v.n), now) for v in enforced])
 
 
 def strongest(verdicts: list[Verdict]) -> Verdict | None:
@@ -104,7 +101,8 @@ class LocalDecider:
         self._prefix = f"runner:{uuid.uuid4().hex[:12]}"
         self._seq = itertools.count()
 
-    def _next_id(self) -> str:
+    def _name_event(self, _origin: Any) -> str:
+        """The verdict-id prefix of one event's verdicts: ``runner:<instance>:<event number>``."""
         return f"{self._prefix}:{next(self._seq)}"
 
     def apply(self, key: str, event: Event, now: float | None = None) -> list[Verdict]:
@@ -112,7 +110,7 @@ class LocalDecider:
         state = states.get(key)
         if state is not None:
             states.move_to_end(key)
-        decided = decide(state, event, self.fleet, self._next_id, time.time() if now is None else now)
+        decided = decide(state, event, self.fleet, self._name_event, time.time() if now is None else now)
         if decided.state is None:
             states.pop(key, None)
         elif state is None:
