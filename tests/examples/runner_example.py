@@ -24,7 +24,8 @@ from loopwarden.runner import LoopClient
 async def main() -> str:
     bootstrap = os.environ.get("LOOPWARDEN_RUNNER_BOOTSTRAP", "127.0.0.1:19092")  # what `loopwarden up` printed
     model = StuckModel()
-    async with LoopClient(bootstrap=bootstrap) as lw:  # one client per runner process
+    config = "deploy/config/loopwarden.json5"  # the workers' config: per-run rules are decided in-process
+    async with LoopClient(bootstrap=bootstrap, config=config) as lw:  # one client per runner process
         run = lw.run(agent_id="my-agent", session_id="s-1", run_id=f"run-{uuid.uuid4().hex[:8]}")
         last = "allow"
         while (call := model.next_tool_call()) is not None:

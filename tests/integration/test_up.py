@@ -101,8 +101,8 @@ def test_up_blocks_the_readme_runner_and_ctrl_c_cleans_up(tmp_path):
         ran = run_example(up.bootstrap)
         assert ran.returncode == 0, ran.stdout + ran.stderr
         lines = ran.stdout.splitlines()
-        assert lines[0].startswith("call-11: warn (verdict) WARNING:"), ran.stdout
-        assert lines[1].startswith("call-21: block (verdict) CRITICAL:"), ran.stdout
+        assert lines[0].startswith("call-11: warn (local) WARNING:"), ran.stdout
+        assert lines[1].startswith("call-21: block (local) CRITICAL:"), ran.stdout
         assert (
             "21 tool calls, last decision block" in lines[2] and "fail_open_timeout=0, fail_open_error=0" in lines[2]
         ), ran.stdout
