@@ -11,12 +11,27 @@ clients of one process authenticate the same way.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def settings_from_env(cls: type, prefix: str, environ: Mapping[str, str] | None, overrides: dict[str, Any]) -> Any:
+    """A settings Struct from ``overrides`` (not None) > ``<prefix><FIELD>`` variables > its defaults."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for field in msgspec.structs.fields(cls):
+        key = prefix + field.name.upper()
+        if overrides.get(field.name) is not None:
+            raw[field.name] = overrides[field.name]
+        elif key in environ:
+            raw[field.name] = environ[key]
+    return msgspec.convert(raw, cls, strict=False)
 
 
 class SecuritySettings(msgspec.Struct, kw_only=True):

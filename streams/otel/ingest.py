@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections import Counter
 from typing import Any
 
 import msgspec
 
-from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers
+from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers, settings_from_env
 from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans, relevant
 from loopwarden.otel.spans import ENCODINGS, SpanDecodeError, decode_spans
 from loopwarden.schemas.events import encode_event, run_key
@@ -68,15 +67,7 @@ class SpanSettings(SecuritySettings, kw_only=True):
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides: Any) -> SpanSettings:
         """``overrides`` > ``LOOPWARDEN_SPANS_<FIELD>`` env vars > defaults."""
-        environ = os.environ if environ is None else environ
-        raw: dict[str, Any] = {}
-        for field in msgspec.structs.fields(cls):
-            key = ENV_PREFIX + field.name.upper()
-            if overrides.get(field.name) is not None:
-                raw[field.name] = overrides[field.name]
-            elif key in environ:
-                raw[field.name] = environ[key]
-        return msgspec.convert(raw, cls, strict=False)
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
 
 
 class Out(msgspec.Struct, frozen=True):

@@ -33,12 +33,9 @@ Every field can be set by ``LOOPWARDEN_RUNNER_<FIELD>`` (e.g.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
-import msgspec
-
-from loopwarden.kafka.connection import SecuritySettings, servers
+from loopwarden.kafka.connection import SecuritySettings, servers, settings_from_env
 
 ENV_PREFIX = "LOOPWARDEN_RUNNER_"
 
@@ -74,12 +71,4 @@ class ClientSettings(SecuritySettings, kw_only=True):
     @classmethod
     def from_env(cls, environ: dict | None = None, **overrides: Any) -> ClientSettings:
         """``overrides`` > ``LOOPWARDEN_RUNNER_<FIELD>`` env vars > defaults."""
-        environ = os.environ if environ is None else environ
-        raw: dict[str, Any] = {}
-        for field in msgspec.structs.fields(cls):
-            key = ENV_PREFIX + field.name.upper()
-            if overrides.get(field.name) is not None:
-                raw[field.name] = overrides[field.name]
-            elif key in environ:
-                raw[field.name] = environ[key]
-        return msgspec.convert(raw, cls, strict=False)
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
