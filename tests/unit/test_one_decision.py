@@ -303,6 +303,8 @@ def _ext_block(draw) -> dict:
         }
     if draw(st.integers(0, 3)) == 0:
         block["crossRun"] = {"enabled": True, "runs": 2}
+    if draw(st.integers(0, 4)) == 0:  # OpenClaw's newest rules (fixed thresholds: 10, 20, 30)
+        block["profile"] = "openclaw-latest"
     return block
 
 
