@@ -61,6 +61,8 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        for kind in ("config", "incident"):  # present at 0, so increase() sees the first rejection
+            self.signature_rejected.labels(kind)
         self.duplicates = Counter(
             "loopwarden_duplicate_events",
             "Events dropped as repeats: same event_id in a run, or offset already applied",

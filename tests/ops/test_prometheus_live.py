@@ -69,6 +69,8 @@ SIGNALS = {
     "LoopwardenUnackedBlocks": (
         'sum(increase(loopwarden_verdicts_unacked_total{job="loopwarden", action="block"}[15m]))'
     ),
+    "LoopwardenForgedRecords": 'loopwarden_signature_rejected_total{job="loopwarden"}',
+    "LoopwardenRunnerDisagrees": 'loopwarden_runner_decisions_total{job="loopwarden"}',
 }
 EXPECT_QUIET = {
     "LoopwardenWorkerDown",
@@ -214,6 +216,23 @@ def scalar(prom: Prometheus, expr: str) -> float:
 # --- load ---------------------------------------------------------------------------------
 
 
+DECIDED_PER_SECOND = 2  # paced like the load, so the agreement rates have a denominator throughout
+
+
+def _decided_calls(n: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) of a run a local-first runner decided itself, too leniently (it allowed all):
+    the worker warns at the 11th and 21st identical call, so both agreements get data."""
+    from loopwarden.schemas.events import decode_event, run_key
+
+    out = []
+    for i in range(n):
+        body = {"type": "tool_call", "agent_id": "agent-0001", "session_id": "local-s", "run_id": "local-r"}
+        body |= {"tool_name": "read", "tool_call_id": f"lc{i}", "params": {"path": "a.txt"}}
+        raw = json.dumps({**body, "decision": {"action": "allow"}}).encode()
+        out.append((run_key(decode_event(raw)).encode(), raw))
+    return out
+
+
 def _garbage(i: int) -> bytes:
     kinds = (b"{not json", b'{"type": "tool_call"}', b'{"type": "mystery", "agent_id": "a"}', b"[1, 2, 3]")
     return kinds[i % len(kinds)]
@@ -226,9 +245,12 @@ async def _paced_garbage(bootstrap: str, topic: str, seconds: int, per_second: i
     await producer.start()
     sent = 0
     try:
-        for _tick in range(seconds):
+        decided = _decided_calls(seconds * DECIDED_PER_SECOND)  # counted in _all_events
+        for tick in range(seconds):
             if stop.is_set():
                 break
+            for key, raw in decided[tick * DECIDED_PER_SECOND : (tick + 1) * DECIDED_PER_SECOND]:
+                await producer.send(topic, raw, key=key)
             for _ in range(per_second):
                 await producer.send(topic, _garbage(sent), key=b"garbage")
                 sent += 1
@@ -305,7 +327,7 @@ def simulate(bootstrap: str, topic: str, control: str, log: Path) -> tuple[int, 
 
 def _all_events(sent: dict) -> int:
     """Events the worker counts: the simulated fleet's plus the acks (verdict_ack is an event)."""
-    return sent["events"] + sum(sent["acks"].values())
+    return sent["events"] + sum(sent["acks"].values()) + LOAD_SECONDS * DECIDED_PER_SECOND
 
 
 # --- fixtures ----------------------------------------------------------------------------
