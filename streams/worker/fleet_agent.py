@@ -104,30 +104,21 @@ class FleetRuntime:
             partitions=s.fleet_partitions,
             internal=True,
         )
-        self.signatures = RunTable(
-            app.Table(
-                SIGNATURES_TABLE,
+
+        def fleet_table(name: str, changelog: str) -> RunTable:
+            """A RocksDB table of raw bytes on the fleet partitions, read and written like the run table."""
+            table = app.Table(
+                name,
                 default=None,
                 key_type=bytes,
                 value_type=bytes,
                 partitions=s.fleet_partitions,
                 options=s.rocksdb_options,
-            ),
-            sig_name,
-            send,
-        )
-        self.sessions = RunTable(
-            app.Table(
-                SESSIONS_TABLE,
-                default=None,
-                key_type=bytes,
-                value_type=bytes,
-                partitions=s.fleet_partitions,
-                options=s.rocksdb_options,
-            ),
-            ses_name,
-            send,
-        )
+            )
+            return RunTable(table, changelog, send)
+
+        self.signatures = fleet_table(SIGNATURES_TABLE, sig_name)
+        self.sessions = fleet_table(SESSIONS_TABLE, ses_name)
         self.watermark = -math.inf  # newest signal ts seen by this worker
         self._arrived = time.time()  # wall time of the newest signal
         self.lock = asyncio.Lock()  # the signature agent and the expiry sweep take turns
