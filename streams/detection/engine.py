@@ -259,13 +259,8 @@ def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: E
     if state is None:
         state = RunState()
     event_id = event.event_id
-    if event_id:
-        index = state.__dict__.get("_seen")  # RunState.has_seen, inlined: this runs for every event
-        if index is None:
-            index = state.seen_index()
-        if event_id in index:
-            return StepResult(state, NO_DETECTIONS, duplicate=True)
-        state.remember(event_id)
+    if event_id and not state.first_sight(event_id):
+        return StepResult(state, NO_DETECTIONS, duplicate=True)
     if ext is not None and ext.profile:  # the openclaw-latest profile (the only one)
         if type(event) is ToolCall:  # type(), not cls: the checker narrows the event's type on it
             return _on_call_latest(state, event, config, ext)

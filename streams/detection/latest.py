@@ -93,6 +93,7 @@ def record_outcome(
             and (not call_id or call_ids[j] == call_id)
         ):
             results[j] = outcome.result_hash
+            call_ids[j] = None  # complete: its id is never read again (History)
             h.unknowns[j] = outcome.unknown
             kinds[j] = outcome.kind
             x.identities[j] = outcome.identity
@@ -102,7 +103,7 @@ def record_outcome(
                 h.trim(HISTORY_SIZE)
                 x.drop_oldest(excess)
             return False
-    _push(h, x, tool, sig, call_id, outcome, target)
+    _push(h, x, tool, sig, None, outcome, target)  # complete: no call id kept
     return True
 
 

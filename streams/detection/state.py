@@ -17,6 +17,7 @@ it are in STATE.md beside this module.
 
 from __future__ import annotations
 
+from hashlib import blake2b
 from typing import Any
 
 import msgspec
@@ -28,6 +29,10 @@ MAX_WARNING_KEYS = 256  # §9.4.5
 # this many tool calls. Beyond it the oldest is forgotten (``blocked_overflow``).
 MAX_BLOCKED_CALLS = 16384
 MAX_SEEN_EVENT_IDS = 128
+# A remembered event id is its 64-bit BLAKE2b digest: a run's last 128 ids are then one
+# 1 KiB bytes object instead of 128 strings (STATE.md, version 3). Two ids of one run share
+# a digest with a chance of about 128 in 2**64 per event.
+EVENT_DIGEST_SIZE = 8
 # Verdicts of one run awaiting a runner's ``verdict_ack``; beyond it the oldest is
 # forgotten (``Enforcement.awaited_overflow``). A run that gets this many verdicts
 # without acking any is not obeying them anyway.
@@ -42,6 +47,10 @@ class History(msgspec.Struct, array_like=True, dict=True):
     built at first use after a decode and kept up to date by ``push``/``trim``
     (the only writers of ``args``). One dict probe instead of comparing every
     record's signature, each a cold string in a run's state.
+
+    A record keeps its call id only while it is pending (no outcome yet): an outcome is
+    matched to a pending record only (§6.3), so a complete record's id is never read again
+    and is not kept (``None``), in memory or stored.
     """
 
     tools: list[str] = msgspec.field(default_factory=list)
@@ -186,18 +195,33 @@ class Enforcement(msgspec.Struct, array_like=True):
     after_abort: list[str] = msgspec.field(default_factory=list)
 
 
+def event_digest(event_id: str) -> bytes:
+    """The form in which a run remembers an event id (``RunState.seen``)."""
+    return blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=EVENT_DIGEST_SIZE).digest()
+
+
+def find_digest(seen: bytes | bytearray, digest: bytes) -> int:
+    """The byte position of ``digest`` in ``seen`` at a digest boundary, or -1: bytes that straddle
+    two remembered digests are neither of them."""
+    at = seen.find(digest)
+    while at > 0 and at % EVENT_DIGEST_SIZE:
+        at = seen.find(digest, at + 1)
+    return at
+
+
 class RunState(msgspec.Struct, array_like=True, dict=True):
-    """One run's state. ``seen`` (the recent event ids, oldest first) has a set of the same ids
-    beside it in the instance ``__dict__``, as ``History`` has its index: not stored, built at
-    the first duplicate check after a decode and kept up to date by :meth:`remember`. Every
-    event of a runner carries an id, so a scan of up to ``MAX_SEEN_EVENT_IDS`` strings per
-    event would cost more than some rules."""
+    """One run's state.
+
+    ``seen`` holds the digests (:func:`event_digest`) of the run's last ``MAX_SEEN_EVENT_IDS``
+    event ids, oldest first, back to back in one bytearray: a duplicate check is one C-level
+    search of 1 KiB, and the stored value carries one bytes object instead of 128 strings,
+    which a worker decodes and encodes for every run a batch touches."""
 
     history: History = msgspec.field(default_factory=History)
     buckets: dict[str, int] = msgspec.field(default_factory=dict)
     guard: Guard = msgspec.field(default_factory=Guard)
     blocked: list[str] = msgspec.field(default_factory=list)
-    seen: list[str] = msgspec.field(default_factory=list)
+    seen: bytearray = msgspec.field(default_factory=bytearray)
     # Blocked calls without a call id: the run's next results without one are their vetoes.
     blocked_without_id: int = 0
     blocked_overflow: int = 0  # blocked call ids forgotten at MAX_BLOCKED_CALLS (never expected)
@@ -209,44 +233,78 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     # The openclaw-latest profile's record fields (None without the profile).
     extras: RecordExtras | None = None
 
-    def seen_index(self) -> set[str] | list[str]:
-        """The ids of ``seen`` for membership tests (built once per decoded state).
-
-        A stored list with a repeated id (never written by this code) is its own index, so
-        forgetting its oldest entry cannot forget an id that is still listed."""
-        index: set[str] | list[str] = set(self.seen)
-        if len(index) != len(self.seen):
-            index = self.seen
-        self._seen = index
-        return index
-
     def has_seen(self, event_id: str) -> bool:
-        index = self.__dict__.get("_seen")
-        if index is None:
-            index = self.seen_index()
-        return event_id in index
+        return find_digest(self.seen, event_digest(event_id)) >= 0
 
     def remember(self, event_id: str) -> None:
         """Note an applied event's id, forgetting the oldest beyond ``MAX_SEEN_EVENT_IDS``."""
+        self._note(event_digest(event_id))
+
+    def first_sight(self, event_id: str) -> bool:
+        """Remember ``event_id`` and say True, or say False if the run has seen it (a duplicate)."""
+        digest = event_digest(event_id)
+        if find_digest(self.seen, digest) >= 0:
+            return False
+        self._note(digest)
+        return True
+
+    def _note(self, digest: bytes) -> None:
         seen = self.seen
-        seen.append(event_id)
-        index = self.__dict__.get("_seen")
-        if index is not None and index is not seen:
-            index.add(event_id)
-        excess = len(seen) - MAX_SEEN_EVENT_IDS
+        seen += digest
+        excess = len(seen) - MAX_SEEN_EVENT_IDS * EVENT_DIGEST_SIZE
         if excess > 0:
-            if index is not None and index is not seen:
-                index.difference_update(seen[:excess])
             del seen[:excess]
 
 
+class RunStateV2(msgspec.Struct, array_like=True):
+    """The layout of format versions 1 and 2 (STATE.md), frozen: read, never written.
+
+    Its nested Structs are today's while their layouts have not changed since version 2."""
+
+    history: History = msgspec.field(default_factory=History)
+    buckets: dict[str, int] = msgspec.field(default_factory=dict)
+    guard: Guard = msgspec.field(default_factory=Guard)
+    blocked: list[str] = msgspec.field(default_factory=list)
+    seen: list[str] = msgspec.field(default_factory=list)
+    blocked_without_id: int = 0
+    blocked_overflow: int = 0
+    joined: list[str] | None = None
+    enforcement: Enforcement | None = None
+    usage: RunUsage | None = None
+    extras: RecordExtras | None = None
+
+    def upgrade(self) -> RunState:
+        """The same run in today's layout: event ids as digests, complete records without call ids."""
+        h, x = self.history, self.extras
+        pending_kinds = x.kinds if x is not None and len(x.kinds) == len(h.args) else [0] * len(h.args)
+        h.call_ids = [
+            call_id if result is None and not kind else None
+            for call_id, result, kind in zip(h.call_ids, h.results, pending_kinds)
+        ]
+        seen = bytearray()
+        for event_id in self.seen[-MAX_SEEN_EVENT_IDS:]:
+            seen += event_digest(event_id)
+        return RunState(
+            h,
+            self.buckets,
+            self.guard,
+            self.blocked,
+            seen,
+            self.blocked_without_id,
+            self.blocked_overflow,
+            self.joined,
+            self.enforcement,
+            self.usage,
+            x,
+        )
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(RunState)
 
 # The stored format (STATE.md). Every value starts with its version byte, 0x01-0x7f;
 # version 1, written before versions existed, has none: it starts with a msgpack array
 # (0x90-0x9f, 0xdc, 0xdd) or with the escape byte below, neither of which is a version.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _VERSION_BYTE = bytes([FORMAT_VERSION])
 _LAST_VERSION_BYTE = 0x7F
 
@@ -300,6 +358,18 @@ def _unescape(text: str) -> str:
     return text.encode("latin-1").decode("utf-8", "surrogatepass")
 
 
+class StoredCodec:
+    """The readers of one stored type: today's layout, and the frozen layout of versions 1-2
+    (whose ``upgrade()`` gives today's value). One per type: :data:`STATE_CODEC` here, the
+    worker's run value beside its Struct."""
+
+    def __init__(self, type_: type, legacy: type) -> None:
+        self.type = type_
+        self.legacy = legacy
+        self.decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(type_)
+        self.legacy_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(legacy)
+
+
 def pack(value: msgspec.Struct, encoder: msgspec.msgpack.Encoder = _encoder) -> bytes:
     """A Struct's stored form in the current format: the version byte, then its msgpack.
 
@@ -307,7 +377,8 @@ def pack(value: msgspec.Struct, encoder: msgspec.msgpack.Encoder = _encoder) -> 
     try:
         return _VERSION_BYTE + encoder.encode(value)
     except UnicodeEncodeError:
-        return _VERSION_BYTE + _ESCAPED + encoder.encode(_map_strings(msgspec.to_builtins(value), _escape))
+        plain = msgspec.to_builtins(value, builtin_types=(bytes, bytearray))  # digests stay binary
+        return _VERSION_BYTE + _ESCAPED + encoder.encode(_map_strings(plain, _escape))
 
 
 def stored_version(raw: bytes) -> int:
@@ -316,11 +387,11 @@ def stored_version(raw: bytes) -> int:
     return head if 0 < head <= _LAST_VERSION_BYTE else 1
 
 
-def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
+def unpack(raw: bytes, codec: StoredCodec) -> Any:
     """The inverse of :func:`pack`, for every version this code reads (raises :class:`UnknownFormatVersion`).
 
-    Versions 1 and 2 share one layout (STATE.md): 2 only added the version byte, so one decoder
-    reads both bodies. A version with another layout gets its own reader here."""
+    Versions 1 and 2 share one layout (2 only added the version byte), read by the codec's
+    legacy Struct and upgraded; version 3 is today's (STATE.md)."""
     head = raw[0] if raw else 0
     body: bytes | memoryview
     if 0 < head <= _LAST_VERSION_BYTE:  # a version byte
@@ -329,9 +400,14 @@ def unpack(raw: bytes, decoder: msgspec.msgpack.Decoder, type_: type) -> Any:
         body = memoryview(raw)[1:]
     else:  # version 1: no version byte
         body = raw
+    current = head == FORMAT_VERSION
     if body[:1] == _ESCAPED:
-        return msgspec.convert(_map_strings(msgspec.msgpack.decode(body[1:]), _unescape), type_)
-    return decoder.decode(body)
+        plain = _map_strings(msgspec.msgpack.decode(body[1:]), _unescape)
+        return msgspec.convert(plain, codec.type) if current else msgspec.convert(plain, codec.legacy).upgrade()
+    return codec.decoder.decode(body) if current else codec.legacy_decoder.decode(body).upgrade()
+
+
+STATE_CODEC = StoredCodec(RunState, RunStateV2)
 
 
 def encode_state(state: RunState) -> bytes:
@@ -341,4 +417,4 @@ def encode_state(state: RunState) -> bytes:
 
 def decode_state(raw: bytes) -> RunState:
     """A stored run state of any version this code reads (:func:`unpack`)."""
-    return unpack(raw, _decoder, RunState)
+    return unpack(raw, STATE_CODEC)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import msgspec
 
 from loopwarden.detection import RunState
-from loopwarden.detection.state import pack, unpack
+from loopwarden.detection.state import RunStateV2, StoredCodec, pack, unpack
 from loopwarden.schemas.events import Event, legacy_state_key
 from loopwarden.schemas.events import state_key as event_state_key
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
@@ -32,9 +32,20 @@ class RunValue(msgspec.Struct, array_like=True):
     state: RunState | None = None
 
 
+class RunValueV2(msgspec.Struct, array_like=True):
+    """A run value of format versions 1 and 2 (the state in their layout): read, never written."""
+
+    offset: int
+    touched: float
+    state: RunStateV2 | None = None
+
+    def upgrade(self) -> RunValue:
+        return RunValue(self.offset, self.touched, None if self.state is None else self.state.upgrade())
+
+
 _key_decoder = msgspec.json.Decoder(tuple[str, ...])
 _value_encoder = msgspec.msgpack.Encoder()
-_value_decoder = msgspec.msgpack.Decoder(RunValue)
+_VALUE_CODEC = StoredCodec(RunValue, RunValueV2)
 
 
 def state_key(event: Event) -> bytes:
@@ -62,7 +73,7 @@ def encode_value(value: RunValue) -> bytes:
 
 def decode_value(raw: bytes) -> RunValue:
     """Any version this worker reads; a newer one raises ``UnknownFormatVersion`` (a ``msgspec.DecodeError``)."""
-    return unpack(raw, _value_decoder, RunValue)
+    return unpack(raw, _VALUE_CODEC)
 
 
 def adopt_legacy(

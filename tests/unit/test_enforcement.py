@@ -7,7 +7,7 @@ import json
 
 import msgspec
 
-from loopwarden.detection.state import RunState, decode_state
+from loopwarden.detection.state import RunState, RunStateV2, decode_state
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.batch import Limits, apply_batch
@@ -157,7 +157,8 @@ def test_escalation_after_violations_and_off_by_default():
 
 
 def test_state_stored_before_enforcement_decodes():
-    old = msgspec.msgpack.encode(msgspec.to_builtins(RunState())[:-1])  # the array without the new field
+    # a version-1 value (no version byte, the layout of versions 1-2) from before the enforcement slot
+    old = msgspec.msgpack.encode(msgspec.to_builtins(RunStateV2())[: RunStateV2.__struct_fields__.index("enforcement")])
     assert decode_state(old).enforcement is None
 
 

@@ -28,10 +28,10 @@ def _model_outcome(
 ) -> None:
     for rec in reversed(records):
         if rec[1] == sig and rec[3] is None and rec[0] == tool and (not call_id or rec[2] == call_id):
-            rec[3], rec[4] = result, unknown
+            rec[2], rec[3], rec[4] = None, result, unknown  # complete: its call id is not kept
             break
     else:
-        records.append([tool, sig, call_id, result, unknown])
+        records.append([tool, sig, None, result, unknown])
     del records[: max(0, len(records) - size)]
 
 

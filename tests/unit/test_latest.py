@@ -736,7 +736,7 @@ def test_l8_1_a_blocked_call_is_recorded_once_as_a_veto_and_its_result_ignored()
     run.call("read", {"p": 1}, id="blocked")
     recs = run.records()
     assert (recs[-1]["kind"], recs[-1]["result"], len(recs)) == (KIND_VETO, None, 21)
-    assert run.state.history.call_ids[-1] == "blocked"
+    assert run.state.history.call_ids[-1] is None  # complete (the veto): no call id kept
     # the runner's veto (any payload) for that call changes nothing
     assert run.result("read", {"p": 1}, id="blocked", result="ran anyway") == []
     assert run.records() == recs

@@ -275,17 +275,18 @@ def test_bad_profile_is_reported_and_ignored():
 
 
 def _legacy_history() -> list:
-    return [["read"], ["read:x"], ["c1"], ["h"], [None]]
+    return [["read"], ["read:x"], ["c1"], [None], [None]]  # a pending record: it keeps its call id
 
 
 def test_a_history_without_the_profile_columns_stores_them_as_nil_and_older_values_still_decode():
     state = RunState(history=History(*_legacy_history()))
     assert state.extras is None
     legacy = [_legacy_history(), {}, [0, [], False], [], [], 0, 0, None, None]
-    # the stored format v2 (STATE.md): the version byte, then every slot, usage and extras nil
-    assert encode_state(state) == b"\x02" + msgspec.msgpack.encode([*legacy, None, None])
+    current = [_legacy_history(), {}, [0, [], False], [], b"", 0, 0, None, None]  # seen: digests (v3)
+    # the stored format v3 (STATE.md): the version byte, then every slot, usage and extras nil
+    assert encode_state(state) == b"\x03" + msgspec.msgpack.encode([*current, None, None])
     value = RunValue(7, 1.5, state)
-    assert encode_value(value) == b"\x02" + msgspec.msgpack.encode([7, 1.5, [*legacy, None, None]])
+    assert encode_value(value) == b"\x03" + msgspec.msgpack.encode([7, 1.5, [*current, None, None]])
     assert decode_value(encode_value(value)) == value
     # a value written before the profile existed (v1, no version byte, no extras slot)
     assert decode_value(msgspec.msgpack.encode([7, 1.5, [*legacy, None]])) == value

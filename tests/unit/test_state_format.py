@@ -2,9 +2,11 @@
 
 ``vN-*.bin`` were written by the code of format version N from :func:`representative` (every
 slot away from its default, so each one is pinned). Files of older versions are never
-rewritten: they must decode, to the very state they were written from, for as long as
-STATE.md says that version is read. The current version's files must also be exactly what the
-encoders write today: a change that moves a byte is a new format version (STATE.md's policy).
+rewritten: they must decode, to the very run they were written from in today's layout, for as
+long as STATE.md says that version is read (versions 1-2 stored event ids and complete records'
+call ids, which version 3 holds as digests and drops: their files decode to ``representative()``).
+The current version's files must also be exactly what the encoders write today: a change that
+moves a byte is a new format version (STATE.md's policy).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from loopwarden.detection.state import (
     UnknownFormatVersion,
     decode_state,
     encode_state,
+    event_digest,
     stored_version,
 )
 from loopwarden.schemas.config import FleetConfig
@@ -46,7 +49,7 @@ def representative(tool: str = "web_search") -> RunState:
     history = History(
         tools=[tool, "exec", "process"],
         args=[f"{tool}:aa11", "exec:bb22", "process:cc33"],
-        call_ids=["call-1", None, "call-3"],
+        call_ids=[None, None, "call-3"],  # complete records keep no call id (v1-2 files hold "call-1")
         results=["r:dd44", None, None],
         unknowns=[None, "exec", None],
     )
@@ -55,7 +58,7 @@ def representative(tool: str = "web_search") -> RunState:
         buckets={"generic:web_search:aa11": 2, "global:exec:bb22": 1},
         guard=Guard(remaining=3, window=[("exec", "exec:bb22", "r:ee55")], aborted=True),
         blocked=["call-9"],
-        seen=["ev-1", "ev-2"],
+        seen=bytearray(event_digest("ev-1") + event_digest("ev-2")),
         blocked_without_id=1,
         blocked_overflow=2,
         joined=["sig:ff66"],
@@ -92,7 +95,7 @@ CASES = {
     "value-escaped": ("value", lambda: RunValue(offset=43, touched=1764547203.5, state=representative("we\udc00b"))),
 }
 CODECS = {"state": (encode_state, decode_state), "value": (encode_value, decode_value)}
-VERSIONS = (1, 2)  # every version that has golden files and is still read
+VERSIONS = (1, 2, 3)  # every version that has golden files and is still read
 
 
 def golden(version: int, stem: str) -> bytes:
@@ -233,3 +236,12 @@ def test_the_expiry_sweep_drops_newer_values_counted_apart_from_idle_runs():
     assert (expired, active) == (0, 1) and list(table.data) == [(0, b"a")]
     assert metrics.unreadable_runs.labels("unknown_version")._value.get() == 1
     assert metrics.unreadable_runs.labels("undecodable")._value.get() == 1
+
+
+def test_version_3_is_version_2_with_id_digests_and_no_call_ids_on_complete_records():
+    v2, v3 = (msgspec.msgpack.decode(golden(v, "state")[1:]) for v in (2, 3))
+    seen = RunState.__struct_fields__.index("seen")
+    assert v3[seen] == b"".join(event_digest(i) for i in v2[seen])  # 8 bytes an id, one bytes object
+    tools, args, call_ids, results, unknowns = v2[0]
+    assert v3[0] == [tools, args, [c if r is None else None for c, r in zip(call_ids, results)], results, unknowns]
+    assert v3[1:seen] == v2[1:seen] and v3[seen + 1 :] == v2[seen + 1 :]
