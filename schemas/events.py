@@ -22,13 +22,22 @@ from msgspec import UNSET, Raw, UnsetType
 
 from loopwarden.schemas.jsvalues import js_double, js_int, js_trim, json_bytes, to_well_formed
 
+MAX_ID_CHARS = 512
+MAX_TOOL_NAME_CHARS = 256
+# The identifiers of an event have caps in characters (reason ``id_too_long``, ID_CAPS): each is kept
+# in a run's state, its table key or a cache, so one event must not make those unbounded. Real ids
+# are UUIDs and tool names are short (model APIs allow 64 or 128 characters). msgspec checks them
+# as it decodes; the slow path (_envelope) tells an id over its cap from a wrong type.
+_Id = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
+_ToolName = Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_CHARS)]
+
 
 class _EventBase(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
-    agent_id: str
-    session_id: str | None = None
-    run_id: str | None = None
+    agent_id: _Id
+    session_id: _Id | None = None
+    run_id: _Id | None = None
     ts: float | None = None
-    event_id: str | None = None
+    event_id: _Id | None = None
     # Where the event comes from when not from a runner: "otel" (loopwarden.otel, OpenTelemetry
     # spans) is only watched, never enforced (schemas/extensions.py, OBSERVED_ORIGINS).
     origin: str | None = None
@@ -62,8 +71,8 @@ class RunnerDecision(msgspec.Struct, kw_only=True, omit_defaults=True):
 class ToolCall(_EventBase, tag="tool_call"):
     """The agent is about to run a tool; detection runs here."""
 
-    tool_name: str | None = None
-    tool_call_id: str | None = None
+    tool_name: _ToolName | None = None
+    tool_call_id: _Id | None = None
     params: Raw | UnsetType = UNSET  # missing means {}
     await_decision: bool = False
     usage: Usage | None = None  # charged to a loop when the call is part of one
@@ -76,8 +85,8 @@ class ToolCall(_EventBase, tag="tool_call"):
 class ToolResult(_EventBase, tag="tool_result"):
     """The tool finished (``result``) or threw (``error``)."""
 
-    tool_name: str | None = None
-    tool_call_id: str | None = None
+    tool_name: _ToolName | None = None
+    tool_call_id: _Id | None = None
     params: Raw | UnsetType = UNSET  # missing means {}
     result: Raw | UnsetType = UNSET
     error: Raw | UnsetType = UNSET  # missing or null: no error
@@ -96,7 +105,7 @@ class RunEnd(_EventBase, tag="run_end"):
 class VerdictAck(_EventBase, tag="verdict_ack"):
     """The runner acted on a verdict (``applied``) or could not (``failed``); detection ignores it."""
 
-    verdict_id: str
+    verdict_id: _Id
     outcome: Literal["applied", "failed"]
     detail: str | None = None
 
@@ -146,11 +155,6 @@ taken as sent, lone surrogates included.
 """
 DEAD_LETTER_REASONS: tuple[str, ...] = get_args(DeadLetterReason)
 
-MAX_ID_CHARS = 512
-MAX_TOOL_NAME_CHARS = 256
-# The identifiers of an event and their caps in characters (reason ``id_too_long``): each is kept in a
-# run's state, its table key or a cache, so one event must not make those unbounded. Real ids are UUIDs
-# and tool names are short (model APIs allow 64 or 128 characters).
 ID_CAPS: dict[str, int] = {
     "agent_id": MAX_ID_CHARS,
     "session_id": MAX_ID_CHARS,
@@ -160,7 +164,7 @@ ID_CAPS: dict[str, int] = {
     "verdict_id": MAX_ID_CHARS,
     "tool_name": MAX_TOOL_NAME_CHARS,
 }
-_ID_FIELDS = {cls: tuple(f for f in ID_CAPS if f in cls.__struct_fields__) for cls in EVENT_TYPES}
+
 
 MISROUTED = "misrouted"
 """The dead-letter reason of an event that decoded but whose Kafka key is not its run key
@@ -260,7 +264,24 @@ def _envelope(value: Any) -> Event:
     try:
         return msgspec.convert(value, Event)
     except msgspec.ValidationError as exc:
-        raise EventDecodeError("wrong_type", str(exc)) from None
+        error = exc
+    # An identifier over its cap is id_too_long only if the event is otherwise valid (a wrong type
+    # elsewhere wins, and so does a blank agent id): judged with the long ones cut to their caps.
+    long = [name for name, cap in ID_CAPS.items() if isinstance(value.get(name), str) and len(value[name]) > cap]
+    if not long:
+        raise EventDecodeError("wrong_type", str(error))
+    try:
+        event = msgspec.convert({**value, **{name: value[name][: ID_CAPS[name]] for name in long}}, Event)
+    except msgspec.ValidationError:
+        raise EventDecodeError("wrong_type", str(error)) from None
+    _check_agent_id(event)
+    name = long[0]
+    raise EventDecodeError("id_too_long", f"{name} has {len(value[name])} characters > limit {ID_CAPS[name]}")
+
+
+def _check_agent_id(event: Event) -> None:
+    if not js_trim(event.agent_id):
+        raise EventDecodeError("blank_agent_id", "agent_id is empty")
 
 
 def decode_event(raw: bytes | str) -> Event:
@@ -280,12 +301,7 @@ def decode_event(raw: bytes | str) -> Event:
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise EventDecodeError("bad_json", str(exc)) from None
         event = _envelope(value)
-    if not js_trim(event.agent_id):
-        raise EventDecodeError("blank_agent_id", "agent_id is empty")
-    for name in _ID_FIELDS[type(event)]:
-        value = getattr(event, name)
-        if value is not None and len(value) > ID_CAPS[name]:
-            raise EventDecodeError("id_too_long", f"{name} has {len(value)} characters > limit {ID_CAPS[name]}")
+    _check_agent_id(event)
     return event
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopwarden.detection import RunState
-from loopwarden.schemas.events import ID_CAPS, EventDecodeError, decode_event
+from loopwarden.schemas.events import ID_CAPS, MAX_ID_CHARS, EventDecodeError, decode_event
 from loopwarden.worker.configfeed import block_of
 from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
 from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
@@ -160,3 +160,19 @@ def test_agent_id_tool_name_and_verdict_id_caps():
         with pytest.raises(EventDecodeError) as exc:
             screen(raw, 1_048_576, 64)
         assert exc.value.reason == "id_too_long"
+
+
+def test_an_id_over_its_cap_is_judged_after_the_types_and_the_blank_agent_id():
+    # msgspec checks the caps as it decodes; the reasons keep their order: a wrong type anywhere
+    # first, then a blank agent id, then the identifier over its cap
+    long = "x" * (MAX_ID_CHARS + 1)
+    cases = [
+        ({**CALL, "run_id": long, "ts": "soon"}, "wrong_type"),
+        ({**CALL, "run_id": long, "agent_id": " "}, "blank_agent_id"),
+        ({**CALL, "run_id": long, "event_id": long}, "id_too_long"),
+        ({**CALL, "run_id": long, "session_id": "\ud800"}, "id_too_long"),  # the slow (JSON.parse) path
+    ]
+    for record, reason in cases:
+        with pytest.raises(EventDecodeError) as exc:
+            decode_event(json.dumps(record).encode("utf-8", "surrogatepass"))
+        assert exc.value.reason == reason, record
