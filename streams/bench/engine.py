@@ -35,12 +35,14 @@ def build_trace(events: int, seed: int, event_ids: bool = False) -> list[bytes]:
     return trace[:events]
 
 
-def drive(trace: list[bytes], fleet: FleetConfig, with_ext: bool = False) -> tuple[int, int]:
+def drive(
+    trace: list[bytes], fleet: FleetConfig, with_ext: bool = False, states: dict | None = None
+) -> tuple[int, int]:
     """The worker's per-event path, minus Kafka: returns (detections, emitted).
 
     ``with_ext``: pass each agent's ``loopwarden`` block (the default leaves it out, as this bench
-    always has, so its numbers compare across commits)."""
-    states: dict[tuple[str, str], object] = {}
+    always has, so its numbers compare across commits). ``states``: the runs' states, kept there."""
+    states = {} if states is None else states
     detections = emitted = 0
     resolve = fleet.resolve
     extensions_of = fleet.extensions_of if with_ext else lambda _event: None

@@ -47,3 +47,15 @@ def test_with_event_ids_gives_distinct_ids_reproducibly():
     first = ids(0)
     assert len(set(first)) == 500 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)
     assert ids(0) == first and ids(1) != first
+
+
+def test_bench_state_measures_the_runs_the_trace_leaves_stored():
+    from loopwarden.bench.state import bench_state
+    from loopwarden.detection.state import FORMAT_VERSION
+
+    plain, with_ids = bench_state(3000, seed=3, repeat=1, event_ids=False), bench_state(3000, 3, 1, True)
+    assert plain["format_version"] == FORMAT_VERSION and plain["runs"] == with_ids["runs"] > 10
+    # 8 bytes of digest per remembered id, and nothing else differs
+    per_run_ids = with_ids["stored_bytes_per_run"] - plain["stored_bytes_per_run"]
+    assert 0 < per_run_ids <= 8 * 128 + 3
+    assert plain["decoded_bytes_per_run"] > 0 and plain["encode_us_per_run"] > 0
