@@ -245,3 +245,47 @@ def test_version_3_is_version_2_with_id_digests_and_no_call_ids_on_complete_reco
     tools, args, call_ids, results, unknowns = v2[0]
     assert v3[0] == [tools, args, [c if r is None else None for c, r in zip(call_ids, results)], results, unknowns]
     assert v3[1:seen] == v2[1:seen] and v3[seen + 1 :] == v2[seen + 1 :]
+
+
+# -- a worker upgraded in place: runs stored by a version-2 worker go on where they were -----------
+
+
+def test_a_worker_upgraded_in_place_keeps_a_run_stored_in_version_2():
+    from loopwarden.detection.payloads import HASHER
+    from loopwarden.detection.state import RunStateV2
+    from loopwarden.schemas.events import decode_event
+    from loopwarden.worker.runcodec import RunValueV2, state_key
+
+    def call_with_id(i: int, event_id: str) -> bytes:
+        return json.dumps({**json.loads(call(i, "old")), "event_id": event_id}).encode()
+
+    sig = HASHER.call_info("read", b'{"p": 1}').sig
+    # what a version-2 worker stored after three calls of the run, each with the same result:
+    # event ids as strings, complete records with their call ids
+    v2_state = RunStateV2(
+        history=History(["read"] * 3, [sig] * 3, ["old-0", "old-1", "old-2"], ["same"] * 3, [None] * 3),
+        seen=["e0", "e1"],
+    )
+    slot = (0, state_key(decode_event(call_with_id(0, "e0"))))
+    table = MemRunTable({slot: b"\x02" + msgspec.msgpack.encode(RunValueV2(offset=1, touched=1.0, state=v2_state))})
+    sent: list[tuple[str, bytes]] = []
+
+    async def send(topic, key, value):
+        sent.append((topic, value))
+        return await _no_send(topic, key, value)
+
+    processor = RunProcessor(Settings(), Metrics(), table, send, lambda: ENABLED)
+
+    async def go():
+        records = [Rec("ev", 0, 10, b"old", call_with_id(10, "e1")), Rec("ev", 0, 11, b"old", call_with_id(11, "e2"))]
+        await asyncio.wait_for(await processor.process(records), 5)
+
+    asyncio.run(go())
+    verdicts = [json.loads(v) for topic, v in sent if topic == Settings().control_topic]
+    # e1 was a duplicate (remembered from version 2); e2 repeats the run's three calls: blocked
+    assert [(v["detector"], v["action"], v["count"]) for v in verdicts] == [("generic_repeat", "block", 3)]
+    stored = table.data[slot]
+    assert stored_version(stored) == FORMAT_VERSION
+    state = decode_value(stored).state
+    assert state.history.call_ids == [None] * 3 and state.history.results == ["same"] * 3  # not recorded: blocked
+    assert all(state.has_seen(e) for e in ("e0", "e1", "e2")) and state.blocked == ["old-11"]
