@@ -43,7 +43,8 @@ class StepResult(NamedTuple):
     charge: Charge | None = None  # usage this event added to a loop (runs whose calls carry usage)
 
 
-# Memo hits probed here without a method call; misses go through HASHER (which never replaces these dicts).
+# Memo hits probed here without a method call (the key as HASHER.result_key makes it: its result_tools
+# are exec alone); misses go through HASHER (which never replaces these dicts).
 _known_calls = HASHER.calls.entries.get
 _known_results = HASHER.results.entries.get
 _new = tuple.__new__  # StepResult's generated __new__ is Python code, run once per event
@@ -156,7 +157,7 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
         if result is UNSET:
             return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
         body = bytes(result)
-        known = _known_results(ResultKey(tool == "exec", info.mode, body)) or HASHER.outcome(
+        known = _known_results(ResultKey("exec" if tool == "exec" else "", info.mode, body)) or HASHER.outcome(
             tool, info.mode, body, None
         )
     else:

@@ -27,7 +27,7 @@ from loopwarden.detection.hashing import (
     result_parts,
     unknown_tool_name,
 )
-from loopwarden.detection.payloads import CallKey, Memo, load
+from loopwarden.detection.payloads import Hasher, load
 from loopwarden.detection.tools import is_known_poll
 from loopwarden.schemas.jsvalues import JS_WHITESPACE, js_trim
 
@@ -193,40 +193,13 @@ def mutation_target(path: str | None, cwd: str | None = None) -> str | None:
     return call_digest({"path": path})
 
 
-class ResultKey(msgspec.Struct, frozen=True, gc=False):
-    tool: str  # only exec and write have tool-specific rules; "" for every other tool
-    mode: str
-    result: bytes
+def _result_outcome(tool: str, mode: str, raw: bytes) -> Outcome:
+    return result_outcome(tool, mode, load(raw))
 
 
-class LatestHasher:
-    """:func:`call_info` and outcomes, memoized on payload bytes (bounded like ``payloads.HASHER``)."""
-
-    __slots__ = ("calls", "results", "errors")
-
-    def __init__(self) -> None:
-        self.calls = Memo()
-        self.results = Memo()
-        self.errors = Memo()
-
-    def call_info(self, tool: str, raw: bytes) -> CallInfo:
-        key = CallKey(tool, raw)
-        hit = self.calls.entries.get(key)
-        return hit if hit is not None else self.calls.put(key, len(raw), call_info(tool, raw))
-
-    def outcome(self, tool: str, mode: str, result: bytes | None, error: bytes | None) -> Outcome:
-        if error is not None:
-            hit = self.errors.entries.get(error)
-            return hit if hit is not None else self.errors.put(error, len(error), error_outcome(load(error)))
-        if result is None:
-            return NOTHING
-        key = ResultKey(tool if tool == "exec" or tool == "write" else "", mode, result)
-        hit = self.results.entries.get(key)
-        return hit if hit is not None else self.results.put(key, len(result), result_outcome(tool, mode, load(result)))
-
-    def clear(self) -> None:
-        for memo in (self.calls, self.results, self.errors):
-            memo.entries.clear()
+def _error_outcome(raw: bytes) -> Outcome:
+    return error_outcome(load(raw))
 
 
-LATEST_HASHER = LatestHasher()
+# The profile's memos (bounded like payloads.HASHER); its result rules read the tool for exec and write.
+LATEST_HASHER = Hasher(call_info, _result_outcome, _error_outcome, NOTHING, result_tools=("exec", "write"))

@@ -11,6 +11,7 @@ bounded (3 x 8192 x 2 KiB at the very worst).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Any
 
 import msgspec
@@ -68,9 +69,10 @@ class CallKey(msgspec.Struct, frozen=True, gc=False):
 
 
 class ResultKey(msgspec.Struct, frozen=True, gc=False):
-    """The results memo's key: result_hash reads the tool only to spot exec."""
+    """The results memo's key: the tool only where the rules hash its results differently
+    (``Hasher.result_tools``), "" for every other tool."""
 
-    exec: bool
+    tool: str
     mode: str
     result: bytes
 
@@ -83,14 +85,15 @@ def call_info(tool: str, raw: bytes) -> CallInfo:
     return CallInfo(args_hash(tool, params), is_known_poll(tool, params), result_mode(tool, params))
 
 
-def outcome(tool: str, mode: str, result: bytes | None, error: bytes | None) -> tuple[str | None, str | None]:
-    """(resultHash, unknownToolName) per §4.1-§4.9; (None, None) when nothing is recorded."""
-    if error is not None:
-        text = error_text(load(error))
-        return "error:" + digest_decoded(text), unknown_tool_name(text)
-    if result is None:
-        return None, None
-    return result_hash(tool, mode, load(result)), None
+def result_outcome(tool: str, mode: str, raw: bytes) -> Outcome:
+    """(resultHash, no name) of a result without error (§4.2-§4.9)."""
+    return Outcome(result_hash(tool, mode, load(raw)), None)
+
+
+def error_outcome(raw: bytes) -> Outcome:
+    """(resultHash, unknownToolName) of a thrown error (§4.1, §5)."""
+    text = error_text(load(raw))
+    return Outcome("error:" + digest_decoded(text), unknown_tool_name(text))
 
 
 class Memo:
@@ -114,37 +117,49 @@ class Memo:
         return value
 
 
-class PayloadHasher:
-    """:func:`call_info` and :func:`outcome`, memoized on the payload bytes."""
+class Hasher:
+    """A rule set's payload hashing behind three bounded memos keyed on the payload bytes.
 
-    __slots__ = ("calls", "results", "errors")
+    ``call(tool, raw)`` gives a call's info, ``result(tool, mode, raw)`` and ``error(raw)`` an
+    outcome (a result's rules read the tool only for ``result_tools``, so other tools share entries);
+    ``nothing`` is the outcome of a call that has neither. OpenClaw's rules (:data:`HASHER`) and the
+    ``openclaw-latest`` profile's (``latest_hashing.LATEST_HASHER``) are two instances.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("calls", "results", "errors", "result_tools", "_call", "_result", "_error", "_nothing")
+
+    def __init__(
+        self,
+        call: Callable[[str, bytes], Any],
+        result: Callable[[str, str, bytes], Any],
+        error: Callable[[bytes], Any],
+        nothing: Any,
+        result_tools: Collection[str],
+    ) -> None:
         self.calls = Memo()
         self.results = Memo()
         self.errors = Memo()
+        self.result_tools = frozenset(result_tools)
+        self._call, self._result, self._error, self._nothing = call, result, error, nothing
 
-    def call_info(self, tool: str, raw: bytes) -> CallInfo:
+    def result_key(self, tool: str, mode: str, result: bytes) -> ResultKey:
+        return ResultKey(tool if tool in self.result_tools else "", mode, result)
+
+    def call_info(self, tool: str, raw: bytes) -> Any:
         key = CallKey(tool, raw)
         hit = self.calls.entries.get(key)
-        return hit if hit is not None else self.calls.put(key, len(raw), call_info(tool, raw))
+        return hit if hit is not None else self.calls.put(key, len(raw), self._call(tool, raw))
 
-    def outcome(self, tool: str, mode: str, result: bytes | None, error: bytes | None) -> Outcome:
-        """:func:`outcome`, memoized."""
+    def outcome(self, tool: str, mode: str, result: bytes | None, error: bytes | None) -> Any:
+        """The outcome of a result or (if not None) an error, memoized."""
         if error is not None:
             hit = self.errors.entries.get(error)
-            return (
-                hit
-                if hit is not None
-                else self.errors.put(error, len(error), Outcome(*outcome(tool, mode, None, error)))
-            )
+            return hit if hit is not None else self.errors.put(error, len(error), self._error(error))
         if result is None:
-            return _NOTHING
-        key = ResultKey(tool == "exec", mode, result)
+            return self._nothing
+        key = self.result_key(tool, mode, result)
         hit = self.results.entries.get(key)
-        return (
-            hit if hit is not None else self.results.put(key, len(result), Outcome(*outcome(tool, mode, result, None)))
-        )
+        return hit if hit is not None else self.results.put(key, len(result), self._result(tool, mode, result))
 
     def clear(self) -> None:
         """Forget everything (benchmarks start cold)."""
@@ -153,4 +168,4 @@ class PayloadHasher:
 
 
 # The process-wide memo the engine uses; pure functions of their keys, so sharing is safe.
-HASHER = PayloadHasher()
+HASHER = Hasher(call_info, result_outcome, error_outcome, _NOTHING, result_tools=("exec",))

@@ -98,3 +98,38 @@ def test_payload_memo_entries_are_invisible_to_the_cyclic_gc():
         for key, value in entries.items():
             assert not gc.is_tracked(key) and not gc.is_tracked(value), (key, value)
     HASHER.clear()
+
+
+def test_the_engines_memo_probe_finds_what_the_hasher_stored(monkeypatch):
+    """The engine probes the results memo with a key it builds inline (no method call per event);
+    it must be the key the hasher stores under, or every repeated result would be hashed again."""
+    from loopwarden.detection import step
+    from loopwarden.detection.payloads import HASHER, Hasher
+    from loopwarden.schemas.events import decode_event
+
+    config = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}}).resolve("a")
+    HASHER.clear()
+
+    def pair(tool: str, n: int) -> list:
+        head = f'"agent_id":"a","run_id":"r{n}","tool_name":"{tool}","tool_call_id":"c","params":{{"command":"ls"}}'
+        return [
+            decode_event(f'{{"type":"tool_call",{head}}}'),
+            decode_event(f'{{"type":"tool_result",{head},"result":{{"content":[{{"type":"text","text":"x"}}]}}}}'),
+        ]
+
+    def run(events) -> None:
+        state = None
+        for ev in events:
+            state = step(state, ev, config).state
+
+    for tool in ("exec", "read"):
+        run(pair(tool, 1))  # hashed once, stored
+    assert len(HASHER.results.entries) == 2
+
+    def hashed_again(*args):
+        raise AssertionError(f"hashed again: {args}")
+
+    monkeypatch.setattr(Hasher, "outcome", hashed_again)
+    for tool in ("exec", "read"):
+        run(pair(tool, 2))  # the same results: found by the engine's own probe
+    HASHER.clear()
