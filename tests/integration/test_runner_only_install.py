@@ -28,16 +28,24 @@ print(json.dumps({"missing": missing, "client": type(client).__name__, "key": ke
 """
 
 
-def test_core_install_has_the_runner_client_and_no_worker_dependencies(tmp_path):
-    venv = tmp_path / "runner-venv"
+@pytest.fixture(scope="module")
+def core_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with ``pip install <repo>`` (no extras), shared by the tests that only run it."""
+    tmp = tmp_path_factory.mktemp("core")
+    venv = tmp / "runner-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
     subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
         check=True,
-        cwd=tmp_path,
+        cwd=tmp,
         timeout=600,
     )
+    return venv
+
+
+def test_core_install_has_the_runner_client_and_no_worker_dependencies(core_venv, tmp_path):
+    venv = core_venv
+    py = venv / "bin" / "python"
     out = subprocess.run([str(py), "-c", PROBE], check=True, capture_output=True, text=True, cwd=tmp_path)
     import json
 
@@ -62,18 +70,9 @@ def test_core_install_has_the_runner_client_and_no_worker_dependencies(tmp_path)
     assert check.returncode == 0, check.stderr
 
 
-def test_core_install_names_the_missing_extra_in_one_line(tmp_path):
+def test_core_install_names_the_missing_extra_in_one_line(core_venv, tmp_path):
     """`loopwarden worker` (and `up`, `tune`) on a core install: one line naming the extra, no traceback."""
-    venv = tmp_path / "core-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
-        check=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    lw = str(venv / "bin" / "loopwarden")
+    lw = str(core_venv / "bin" / "loopwarden")
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"type":"tool_call","agent_id":"a","run_id":"r","tool_name":"read"}\n')
     for argv, extra in ((["worker"], "worker"), (["up"], "devtools"), (["tune", str(trace)], "devtools")):
