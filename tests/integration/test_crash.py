@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.schemas.config import load_config
 
@@ -22,6 +24,8 @@ from .support import (
     produce_events,
     wait_committed,
 )
+
+pytestmark = pytest.mark.slow
 
 CONFIG = {
     "tools": {

@@ -9,7 +9,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from .support import REPO
+
+pytestmark = pytest.mark.slow
 
 
 def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path):

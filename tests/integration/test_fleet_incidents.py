@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from aiokafka.partitioner import murmur2
 
 from loopwarden.detection import step
@@ -20,6 +21,8 @@ from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event
 
 from .support import assert_matches, collect, decode_verdicts, produce_events
+
+pytestmark = pytest.mark.slow
 
 PARTITIONS = 4
 # As many fleet partitions as event partitions, so Faust assigns partition p of both to one worker

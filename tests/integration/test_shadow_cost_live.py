@@ -17,6 +17,8 @@ from loopwarden.schemas.config import FleetConfig, load_config
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
 
+pytestmark = pytest.mark.slow
+
 DETECTION = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 

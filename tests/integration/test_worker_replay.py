@@ -12,6 +12,8 @@ from loopwarden.schemas.config import load_config
 
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 
+pytestmark = pytest.mark.slow
+
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True}},
     "agents": {"list": [{"id": "agent-0003", "tools": {"loopDetection": {"warningThreshold": 4}}}]},
