@@ -14,4 +14,4 @@ fi
 # the order tests/conftest.py gives: most of the live tests wait on brokers and workers, so
 # two at once take about half the time on two cores. Arguments after these override them
 # (e.g. -n 0 for one process).
-exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscopereorder "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
