@@ -56,6 +56,7 @@ from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
+from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
 
@@ -607,6 +608,9 @@ class LoopClient:
         if self._seen.seen(verdict.verdict_id):
             stats.duplicates_dropped += 1
             return
+        # What the runner hands on (gates, callbacks, iterators, run.aborted) says what the model would
+        # read: text from the verdict's fields, never the record's own message (loopwarden.runner.text).
+        verdict = msgspec.structs.replace(verdict, message=verdict_text(verdict))
         if waiter is not None and not waiter.done():
             waiter.set_result(verdict)  # the gate acts on it; a block is not remembered as pending,
             self._deliver(entry, verdict, remember=False)  # but an abort ends the run

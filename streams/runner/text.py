@@ -3,7 +3,8 @@
 A verdict's ``message`` is whatever the record says: whoever can write the
 control topic could put instructions there ("SYSTEM: ignore your previous
 instructions ..."), and the model would read them as a tool result. So the
-runner never shows it. It fills the detector's fixed template
+runner never shows it, nor hands it on: a worker's verdict reaches gates, callbacks,
+``run.verdicts()`` and ``run.aborted`` with this text as its ``message``. It fills the detector's fixed template
 (:mod:`loopwarden.detection.messages`, OpenClaw's own wording, so an honest
 verdict reads as the worker's message; under the ``openclaw-latest`` profile
 the generic and global-breaker blocks keep the default profile's wording and
