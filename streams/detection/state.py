@@ -281,15 +281,12 @@ class RunStateV2(msgspec.Struct, array_like=True):
             call_id if result is None and not kind else None
             for call_id, result, kind in zip(h.call_ids, h.results, pending_kinds)
         ]
-        seen = bytearray()
-        for event_id in self.seen[-MAX_SEEN_EVENT_IDS:]:
-            seen += event_digest(event_id)
-        return RunState(
+        state = RunState(
             h,
             self.buckets,
             self.guard,
             self.blocked,
-            seen,
+            bytearray(),
             self.blocked_without_id,
             self.blocked_overflow,
             self.joined,
@@ -297,6 +294,9 @@ class RunStateV2(msgspec.Struct, array_like=True):
             self.usage,
             x,
         )
+        for event_id in self.seen:  # oldest first, as the run remembered them (and as many)
+            state.remember(event_id)
+        return state
 
 
 _encoder = msgspec.msgpack.Encoder()
