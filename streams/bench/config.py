@@ -18,8 +18,8 @@ import time
 
 import msgspec
 
+from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.schemas.config import FleetConfig
-from loopwarden.worker.configfeed import ConfigFeed
 
 
 def records(n: int) -> list[tuple[bytes, bytes]]:
@@ -51,7 +51,7 @@ def apply_all(items: list[tuple[bytes, bytes]]) -> dict:
 
 
 def apply_copying(items: list[tuple[bytes, bytes]]) -> dict:
-    from loopwarden.worker.configfeed import block_of
+    from loopwarden.kafka.configfeed import block_of
 
     fleet = FleetConfig()
     start = time.perf_counter()

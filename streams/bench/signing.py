@@ -15,9 +15,9 @@ import msgspec
 
 
 def bench_signing(n: int) -> dict:
+    from loopwarden.detection.published import keyed_hashes
     from loopwarden.kafka.signing import generate, signer_from, verifier_from
     from loopwarden.schemas.verdicts import Verdict, encode_verdict
-    from loopwarden.worker.exposure import keyed_hashes
 
     private, public, _ = generate()
     signer = signer_from(private.decode(), None, ["ctl"])

@@ -41,13 +41,13 @@ from loopwarden.detection.state import MAX_AWAITED_ACKS, Awaited, Enforcement, R
 from loopwarden.schemas.events import ToolCall, ToolResult
 from loopwarden.schemas.extensions import Escalation
 from loopwarden.schemas.jsvalues import js_loads_slow
-from loopwarden.schemas.verdicts import Detection
+from loopwarden.schemas.verdicts import Detection, ViolationKind
 
 AWAITS_ACK = frozenset({"warn", "block", "abort"})  # `allow` needs no ack
 
 
 class Violation(NamedTuple):
-    kind: str  # loopwarden.schemas.verdicts.ViolationKind
+    kind: ViolationKind
     verdict_id: str | None
 
 

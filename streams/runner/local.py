@@ -9,7 +9,7 @@ keeps those states (bounded, least recently used dropped) and numbers its
 verdicts ``runner:<instance>:<n>``. :class:`ConfigSource` gives it the
 fleet's config: a fallback (file or mapping) with the compacted config
 topic's records on top, read in full at start and then live, reconnecting
-by itself (the worker's :class:`~loopwarden.worker.configfeed.ConfigFeed`,
+by itself (the worker's :class:`~loopwarden.kafka.configfeed.ConfigFeed`,
 which needs no Faust).
 
 What a runner cannot see (other runs, fleet incidents) stays with the
@@ -33,14 +33,14 @@ import msgspec
 
 from loopwarden.detection import RunState as EngineState
 from loopwarden.detection.decision import decide_event
+from loopwarden.detection.published import verdict_for
+from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.outbox import Outage
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
 from loopwarden.schemas.verdicts import Verdict
-from loopwarden.worker.batch import verdict_for
-from loopwarden.worker.configfeed import ConfigFeed
 
 log = logging.getLogger(__name__)
 

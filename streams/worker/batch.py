@@ -23,13 +23,12 @@ from typing import Any, Protocol
 import msgspec
 
 from loopwarden.detection.decision import decide_event
-from loopwarden.detection.enforcement import Violation
-from loopwarden.fleet.response import IncidentBoard
+from loopwarden.detection.incident_block import IncidentBoard
+from loopwarden.detection.published import verdict_for, violation_for
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, ToolCall, VerdictAck, run_key
-from loopwarden.schemas.verdicts import Detection, Verdict, VerdictViolation, encode_verdict
+from loopwarden.schemas.verdicts import Verdict, encode_verdict
 from loopwarden.worker import audit
-from loopwarden.worker.exposure import keyed_hashes
 from loopwarden.worker.runcodec import RunValue, adopt_legacy, state_key
 from loopwarden.worker.screening import dead_letter_value, screen
 
@@ -105,48 +104,6 @@ class BatchResult(msgspec.Struct, kw_only=True):
 ReadFn = Callable[[int, bytes], "RunValue | None"]  # (partition, table key) -> value before this batch
 # (state before, event, decision) -> [(topic, key, value)]: extra records to publish before the state
 AfterStepFn = Callable[[Any, Any, Any], list]
-
-
-def verdict_for(det: Detection, event: Any, verdict_id: str, now: float, hash_key: bytes | None = None) -> Verdict:
-    """The published form of an emitted detection (warning-key hashes keyed with ``hash_key`` when set)."""
-    return Verdict(
-        verdict_id=verdict_id,
-        action=det.action,
-        agent_id=event.agent_id,
-        run_id=event.run_id,
-        session_id=event.session_id,
-        level=det.level,
-        detector=det.detector,
-        count=det.count,
-        message=det.message,
-        warning_key=det.warning_key if hash_key is None else keyed_hashes(hash_key, det.warning_key),
-        tool_name=det.tool_name,
-        paired_tool_name=det.paired_tool_name,
-        tool_call_id=getattr(event, "tool_call_id", None),
-        event_ts=event.ts,
-        ts=now,
-        shadow=det.shadow,
-        loop_tokens=det.loop_tokens,
-        loop_cost=det.loop_cost,
-        origin=event.origin,
-        liveness_signal=det.liveness_signal,
-    )
-
-
-def violation_for(found: Violation, event: Any, violation_id: str, now: float) -> VerdictViolation:
-    """The published form of a violation (:mod:`loopwarden.detection.enforcement`)."""
-    return VerdictViolation(
-        violation_id=violation_id,
-        kind=found.kind,
-        verdict_id=found.verdict_id,
-        agent_id=event.agent_id,
-        run_id=event.run_id,
-        session_id=event.session_id,
-        tool_name=getattr(event, "tool_name", None),
-        tool_call_id=getattr(event, "tool_call_id", None),
-        event_ts=event.ts,
-        ts=now,
-    )
 
 
 def allow_for(event: ToolCall, verdict_id: str, now: float) -> Verdict:

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopwarden.cli import main as cli
+from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, overlay, resolve_block
 from loopwarden.schemas.config_check import check_document, check_file, explain_block
-from loopwarden.worker.configfeed import ConfigFeed
 
 # Values OpenClaw might meet in a hand-written config: valid, zero, negative, fractional, huge, strings, ...
 _values = st.one_of(
@@ -226,7 +226,7 @@ def test_check_file_returns_the_fleet_config_the_worker_uses(tmp_path):
 
 def test_live_config_record_logs_the_same_warnings(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
-    with caplog.at_level(logging.WARNING, logger="loopwarden.worker.configfeed"):
+    with caplog.at_level(logging.WARNING, logger="loopwarden.kafka.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "warningTreshold": 3}')
     assert (
         "record 'coder': loopDetection.warningTreshold: unknown key, ignored (did you mean warningThreshold?)"
@@ -260,7 +260,7 @@ def test_numbers_above_their_cap_are_clamped_and_noted():
 
 def test_a_live_record_above_a_cap_is_logged(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
-    with caplog.at_level(logging.WARNING, logger="loopwarden.worker.configfeed"):
+    with caplog.at_level(logging.WARNING, logger="loopwarden.kafka.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "historySize": 1e9}')
     assert "record 'coder': loopDetection.historySize 1000000000 is above the cap 10000: 10000" in caplog.text
     assert feed.fleet.resolve("coder").history_size == 10_000

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.schemas import config as config_module
 from loopwarden.schemas.config import FleetConfig
-from loopwarden.worker.configfeed import ConfigFeed
 
 FILE = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 4}},

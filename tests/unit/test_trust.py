@@ -20,8 +20,10 @@ import pytest
 
 from loopwarden.cli import main as cli_main
 from loopwarden.detection import messages
+from loopwarden.detection.published import keyed_hashes
 from loopwarden.fleet import crossrun
 from loopwarden.fleet.joins import join_signals
+from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.kafka.signing import (
     HEADER,
@@ -44,8 +46,6 @@ from loopwarden.schemas.fleet import FinishedRun
 from loopwarden.schemas.verdicts import Verdict
 from loopwarden.worker import settings as worker_settings
 from loopwarden.worker.batch import Limits, apply_batch
-from loopwarden.worker.configfeed import ConfigFeed
-from loopwarden.worker.exposure import keyed_hashes
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value, legacy_key, state_key
 from loopwarden.worker.trust import hash_secret
 from tests.unit.helpers import Rec

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopwarden.detection import RunState
+from loopwarden.kafka.configfeed import block_of
 from loopwarden.schemas.events import ID_CAPS, MAX_ID_CHARS, EventDecodeError, decode_event
-from loopwarden.worker.configfeed import block_of
 from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
 from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
 from loopwarden.worker.settings import Settings, add_arguments, env_name, from_sources
