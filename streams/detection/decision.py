@@ -4,7 +4,7 @@ The worker's batch path, ``loopwarden replay`` and ``loopwarden tune`` (and a
 runner deciding in-process) call it per event and repeat none of it; what
 each still does itself is naming (verdict ids), publishing, counting and
 printing. Around :func:`~loopwarden.detection.engine.step` (or the fleet
-response's :func:`~loopwarden.fleet.response.fleet_step` while an incident
+response's :func:`~loopwarden.detection.incident_block.fleet_step` while an incident
 board is given) it decides:
 
 - the violation the event commits, judged on the state *before* the step;
@@ -33,8 +33,8 @@ from loopwarden.detection import enforcement
 from loopwarden.detection.audit import Agreement, audit
 from loopwarden.detection.cost import Charge
 from loopwarden.detection.engine import NO_DETECTIONS, step
+from loopwarden.detection.incident_block import IncidentBoard, fleet_step
 from loopwarden.detection.state import RunState
-from loopwarden.fleet.response import IncidentBoard, fleet_step
 from loopwarden.schemas.config import ResolvedConfig
 from loopwarden.schemas.events import Event, RunEnd, ToolCall, VerdictAck
 from loopwarden.schemas.extensions import Extensions

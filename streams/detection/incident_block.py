@@ -1,5 +1,9 @@
 """The run side's view of open incidents, and the block they imply (``incidents.block``).
 
+It lives with the per-run rules because it is one: given the open incidents, it decides
+from the run's own window alone. The fleet side that opens incidents (``loopwarden.fleet``)
+sits above it.
+
 The fleet side publishes every incident record on the incidents topic; each
 worker reads that topic whole (every run partition must know every open
 incident) into an :class:`IncidentBoard`. With ``block`` on for the run's
@@ -14,14 +18,24 @@ call goes on as if no incident were open.
 from __future__ import annotations
 
 from loopwarden.detection.engine import StepResult, step
-from loopwarden.detection.state import RunState, expect_veto
+from loopwarden.detection.state import History, RunState, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
-from loopwarden.fleet.joins import matching
 from loopwarden.schemas.config import ResolvedConfig
 from loopwarden.schemas.events import Event, ToolCall
 from loopwarden.schemas.extensions import Extensions
 from loopwarden.schemas.fleet import Incident
 from loopwarden.schemas.verdicts import Detection
+
+
+def matching(history: History, tool: str, outcome_hash: str | None, unknown: str | None) -> int:
+    """Records of the window that match one signature (the fleet response counts these)."""
+    if unknown is not None:
+        return history.unknowns.count(unknown)
+    return sum(
+        1
+        for t, r, u in zip(history.tools, history.results, history.unknowns)
+        if u is None and r == outcome_hash and t == tool
+    )
 
 
 class IncidentBoard:

@@ -135,7 +135,7 @@ class View:
         self.rates: dict[str, float] = {}
         self._last: tuple[float, dict[str, float]] | None = None
         self.latencies: collections.deque = collections.deque(maxlen=2000)
-        from loopwarden.fleet.response import IncidentBoard
+        from loopwarden.detection.incident_block import IncidentBoard
 
         self.incidents = IncidentBoard()  # open incidents, from the incidents topic
 

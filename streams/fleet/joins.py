@@ -59,17 +59,6 @@ def streaks(history: History, at_least: int = 1) -> dict[str, int]:
     }
 
 
-def matching(history: History, tool: str, outcome_hash: str | None, unknown: str | None) -> int:
-    """Records of the window that match one signature (the fleet response counts these)."""
-    if unknown is not None:
-        return history.unknowns.count(unknown)
-    return sum(
-        1
-        for t, r, u in zip(history.tools, history.results, history.unknowns)
-        if u is None and r == outcome_hash and t == tool
-    )
-
-
 def outcome_sample(event: Event) -> str:
     """The outcome text of a tool result, bounded (what operators see in the incident)."""
     if not isinstance(event, ToolResult):

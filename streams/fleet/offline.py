@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 
 from loopwarden.detection.decision import EventDecision
+from loopwarden.detection.incident_block import IncidentBoard
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
-from loopwarden.fleet.response import IncidentBoard
 from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.fleet import FinishedRun, Incident, Signal

@@ -37,10 +37,10 @@ import faust
 import msgspec
 
 from loopwarden.detection.decision import EventDecision
+from loopwarden.detection.incident_block import IncidentBoard
 from loopwarden.detection.state import RunState
 from loopwarden.fleet import crossrun, incidents
 from loopwarden.fleet.joins import run_signals
-from loopwarden.fleet.response import IncidentBoard
 from loopwarden.kafka.signing import Verifier
 from loopwarden.schemas.config import GLOBAL_KEY, FleetConfig
 from loopwarden.schemas.events import Event, RunEnd, ToolResult, key_for

@@ -449,7 +449,7 @@ def test_a_shadowed_fleet_response_reports_its_blocks_and_refuses_nothing():
 
 
 def test_a_fleet_block_of_a_call_without_an_id_is_vetoed_by_the_next_result_without_one():
-    from loopwarden.fleet.response import IncidentBoard, fleet_step
+    from loopwarden.detection.incident_block import IncidentBoard, fleet_step
     from loopwarden.schemas.fleet import decode_incident
 
     doc = {"loopwarden": {"incidents": {"enabled": True, "block": True, "blockAfter": 3}}}
