@@ -71,7 +71,7 @@ class SecurityError(ValueError):
     """The security settings contradict each other."""
 
 
-def _protocol(s: Any) -> str:
+def protocol(s: Any) -> str:
     proto = (s.security_protocol or "PLAINTEXT").upper()
     if proto not in PROTOCOLS:
         raise SecurityError(f"security_protocol must be one of {', '.join(PROTOCOLS)}, not {proto!r}")
@@ -96,7 +96,7 @@ def ssl_context(s: Any):
 
 def kafka_auth(s: Any) -> dict[str, Any]:
     """aiokafka client keyword arguments for these settings (empty for PLAINTEXT)."""
-    proto = _protocol(s)
+    proto = protocol(s)
     if proto == "PLAINTEXT":
         return {}
     kwargs: dict[str, Any] = {"security_protocol": proto}
@@ -109,20 +109,3 @@ def kafka_auth(s: Any) -> dict[str, Any]:
             sasl_plain_password=password(s),
         )
     return kwargs
-
-
-def faust_credentials(s: Any):
-    """Faust ``broker_credentials`` for these settings, or None for PLAINTEXT."""
-    proto = _protocol(s)
-    if proto == "PLAINTEXT":
-        return None
-    import faust
-
-    if proto == "SSL":
-        return faust.SSLCredentials(ssl_context(s))
-    return faust.SASLCredentials(
-        username=s.sasl_username,
-        password=password(s),
-        ssl_context=ssl_context(s) if proto == "SASL_SSL" else None,
-        mechanism=s.sasl_mechanism.upper(),
-    )

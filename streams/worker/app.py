@@ -16,13 +16,15 @@ import faust
 
 from loopwarden.internals.faust_consumer import batch_durable
 from loopwarden.internals.faust_table import fetcher_service
-from loopwarden.kafka.connection import faust_credentials, kafka_auth, servers
+from loopwarden.internals.faust_worker import Worker as FaustWorker
+from loopwarden.kafka.configfeed import ConfigFeed
+from loopwarden.kafka.connection import kafka_auth, password, protocol, servers, ssl_context
 from loopwarden.kafka.producer import RecordProducer
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.committer import Committer
-from loopwarden.worker.configfeed import ConfigFeed
 from loopwarden.worker.fleet_agent import install as install_fleet
 from loopwarden.worker.health import Health, StallExit, Watchdog
+from loopwarden.worker.logs import setup_logging
 from loopwarden.worker.metrics import CONTENT_TYPE_LATEST, Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runtable import RunTable
@@ -34,6 +36,12 @@ log = logging.getLogger("loopwarden.worker")
 
 
 TRANSPORT_SCHEME = "loopwarden"  # our driver in Faust's transport registry (pyproject entry point)
+
+
+class Worker(FaustWorker):
+    """The worker class Faust starts: loopwarden's one log format (:mod:`loopwarden.worker.logs`)."""
+
+    setup_logging = staticmethod(setup_logging)
 
 
 class LoopwardenApp(faust.App):
@@ -111,13 +119,28 @@ class Runtime:
         }  # changelogs Faust does not read now
 
 
+def faust_credentials(s: Any):
+    """Faust ``broker_credentials`` for these settings, or None for PLAINTEXT."""
+    proto = protocol(s)
+    if proto == "PLAINTEXT":
+        return None
+    if proto == "SSL":
+        return faust.SSLCredentials(ssl_context(s))
+    return faust.SASLCredentials(
+        username=s.sasl_username,
+        password=password(s),
+        ssl_context=ssl_context(s) if proto == "SASL_SSL" else None,
+        mechanism=s.sasl_mechanism.upper(),
+    )
+
+
 def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:
     s = settings
     metrics = Metrics(s.tool_label_set)
     app = LoopwardenApp(
         s.app_id,
         broker=[f"{TRANSPORT_SCHEME}://{server}" for server in servers(s.brokers)],
-        Worker="loopwarden.internals.faust_worker:Worker",
+        Worker="loopwarden.worker.app:Worker",
         store=s.store,
         datadir=s.data_dir,
         autodiscover=False,

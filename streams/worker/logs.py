@@ -4,7 +4,7 @@ At ``info`` (the default) a worker says three things: that it starts (version,
 broker, topics, whether detection is on), that it is ready, that it stops;
 plus warnings and errors. Faust's, mode's and aiokafka's start-up chatter
 shows only at ``debug``. Both the worker command and the Faust worker class
-(:mod:`loopwarden.internals.faust_worker`, in place of mode's own set-up) call
+(:class:`loopwarden.worker.app.Worker`, in place of mode's own set-up) call
 :func:`setup_logging`, so there is one handler and one format.
 """
 

@@ -4,8 +4,9 @@ import ssl
 
 import pytest
 
-from loopwarden.kafka.connection import SecurityError, faust_credentials, kafka_auth
+from loopwarden.kafka.connection import SecurityError, kafka_auth
 from loopwarden.runner.settings import ClientSettings
+from loopwarden.worker.app import faust_credentials
 from loopwarden.worker.settings import Settings, from_sources
 
 
