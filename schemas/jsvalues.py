@@ -46,6 +46,16 @@ def js_trim(text: str) -> str:
     return text.strip(JS_WHITESPACE)
 
 
+def is_blank(line: str | bytes) -> bool:
+    """Empty after JavaScript's ``trim()`` (U+00A0, U+2028, a BOM … are blank too): skipped, not counted."""
+    if isinstance(line, bytes):
+        stripped = line.strip()  # ASCII whitespace, all of it in trim()'s set
+        if not stripped or stripped.isascii():
+            return not stripped
+        line = stripped.decode("utf-8", "replace")
+    return not js_trim(line)
+
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 

@@ -17,18 +17,8 @@ from loopwarden.detection import RunState, enforcement
 from loopwarden.detection.decision import decide_event
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EventDecodeError, VerdictAck, decode_event, state_key
-from loopwarden.schemas.jsvalues import js_trim, json_bytes
+from loopwarden.schemas.jsvalues import is_blank, json_bytes
 from loopwarden.schemas.verdicts import Detection
-
-
-def is_blank(line: str | bytes) -> bool:
-    """Empty after JavaScript's ``trim()`` (U+00A0, U+2028, a BOM … are blank too): skipped, not counted."""
-    if isinstance(line, bytes):
-        stripped = line.strip()  # ASCII whitespace, all of it in trim()'s set
-        if not stripped or stripped.isascii():
-            return not stripped
-        line = stripped.decode("utf-8", "replace")
-    return not js_trim(line)
 
 
 class BadLine(NamedTuple):

@@ -29,10 +29,10 @@ from msgspec import UNSET
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
-from loopwarden.replay import is_blank
 from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
 from loopwarden.schemas.config_check import detection_off_notice
 from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
+from loopwarden.schemas.jsvalues import is_blank
 
 # Numeric tools.loopDetection knobs a sweep may vary (nested ones with a dot).
 KNOBS = (

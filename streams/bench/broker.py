@@ -93,7 +93,7 @@ async def _hop(bootstrap: str, topic: str, wait_ms: int, records: int, partition
 def measure(waits: list[int], counts: list[int], partitions: int, seconds: float, records: int) -> dict:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from loopwarden.bench.latency import CpuMeter
+    from loopwarden.bench.stats import CpuMeter
     from loopwarden.devtools.broker import EmbeddedBroker
 
     rows = []

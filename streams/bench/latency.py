@@ -43,7 +43,7 @@ from typing import Any
 
 import msgspec
 
-from loopwarden.bench.stats import percentile
+from loopwarden.bench.stats import CpuMeter, percentile
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 RUN_LENGTH = 40
@@ -113,39 +113,6 @@ class _Runner:
         to_worker = (v.ts - decision.call.ts) if v.ts and decision.call.ts else float("nan")
         to_runner = (received - v.ts) if v.ts else float("nan")
         self.samples.append((decision.seconds, to_worker, to_runner))
-
-
-class CpuMeter:
-    """CPU seconds of the worker, the broker and this process (the runners) between two marks."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self._start: dict[str, float] = {}
-        self._t0 = 0.0
-
-    def seconds(self) -> dict[str, float]:
-        """CPU seconds used so far by each process (``runners`` = this process)."""
-        return self._now()
-
-    def _now(self) -> dict[str, float]:
-        out = {"runners": time.process_time()}
-        for name, pid in self.pids.items():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                out[name] = (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
-            except (OSError, IndexError, ValueError):
-                out[name] = float("nan")
-        return out
-
-    def mark(self) -> None:
-        self._start, self._t0 = self._now(), time.monotonic()
-
-    def percent(self) -> dict[str, float]:
-        wall = max(1e-9, time.monotonic() - self._t0)
-        now = self._now()
-        return {k: round(100 * (now[k] - self._start.get(k, now[k])) / wall, 1) for k in now}
 
 
 def _level(
@@ -241,17 +208,17 @@ async def _stack_parts(extra: list[str] | tuple[str, ...] = ()) -> AsyncIterator
     The clients are closed and the worker stopped on exit. ``extra``: the worker's flags
     (its topics get the partitions they ask for).
     """
-    from loopwarden.bench.worker import worker_settings
     from loopwarden.devtools.broker import EmbeddedBroker
     from loopwarden.devtools.processes import TopicNames, WorkerProcess
     from loopwarden.kafka.admin import ensure_topics
     from loopwarden.runner import ClientSettings, LoopClient
+    from loopwarden.worker.settings import settings_from_flags
 
     names = TopicNames(f"bench-{uuid.uuid4().hex[:6]}")
     with tempfile.TemporaryDirectory(prefix="lw-bench-") as tmp, EmbeddedBroker() as broker:
         await ensure_topics(
             msgspec.structs.replace(
-                worker_settings(broker.url, extra),
+                settings_from_flags(broker.url, extra),
                 events_topic=names.events,
                 control_topic=names.control,
                 config_topic=names.config,

@@ -273,26 +273,16 @@ def measure(
     return result
 
 
-def worker_settings(broker_url: str, extra: list[str] | tuple[str, ...]) -> Any:
-    """The settings the bench's worker runs with (its extra flags over the defaults)."""
-    from loopwarden.worker.settings import add_arguments, from_sources
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_arguments(parser)
-    known, _ = parser.parse_known_args(list(extra))
-    known.broker = broker_url
-    return from_sources(known)
-
-
 @contextlib.contextmanager
 def _fresh_broker(tmp: Path, extra: list[str] | tuple[str, ...]) -> Iterator[Any]:
     """An embedded broker with the worker's topics (partitions as the worker's flags say)."""
     from loopwarden.devtools.broker import EmbeddedBroker
     from loopwarden.kafka.admin import ensure_topics
+    from loopwarden.worker.settings import settings_from_flags
 
     tmp.mkdir(parents=True, exist_ok=True)
     with EmbeddedBroker(log_path=tmp / "tansu.log") as broker:
-        asyncio.run(ensure_topics(worker_settings(broker.url, extra)))
+        asyncio.run(ensure_topics(settings_from_flags(broker.url, extra)))
         yield broker
 
 
@@ -323,8 +313,10 @@ def latency_floor(
     """The same latency level with the plain relay (:func:`relay`) in the worker's place."""
     import multiprocessing
 
+    from loopwarden.worker.settings import settings_from_flags
+
     with _fresh_broker(tmp, extra) as broker:
-        s = worker_settings(broker.url, extra)
+        s = settings_from_flags(broker.url, extra)
         ctx = multiprocessing.get_context("spawn")
         ready = ctx.Event()
         proc = ctx.Process(target=relay, args=(broker.bootstrap, s.fetch_wait_ms, s.linger_ms, ready), daemon=True)
@@ -341,7 +333,7 @@ def latency_floor(
 def _drain_rate(worker: Any, events: int) -> tuple[float, float]:
     """Events/s of the worker between 10% and 90% of the backlog (by its own counter), and its
     CPU seconds per event over the same span; waits for 100%."""
-    from loopwarden.bench.latency import CpuMeter
+    from loopwarden.bench.stats import CpuMeter
 
     cpu = CpuMeter({"worker": worker.pid})
 

@@ -39,7 +39,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -53,6 +53,7 @@ from loopwarden.runner import wire
 from loopwarden.runner.listener import VerdictListener
 from loopwarden.runner.outbox import Outbox, wait_event
 from loopwarden.runner.results import is_blocked_result
+from loopwarden.runner.routing import CLOSED, RunEntry, VerdictCallback, VerdictStream
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
@@ -65,40 +66,6 @@ if TYPE_CHECKING:
     from loopwarden.schemas.config import FleetConfig
 
 log = logging.getLogger(__name__)
-
-VerdictCallback = Callable[[Verdict], Any]
-_CLOSED = object()
-
-
-class _Entry:
-    """A registered run: its state, callbacks and iterator queues."""
-
-    __slots__ = ("state", "callbacks", "queues")
-
-    def __init__(self) -> None:
-        self.state = RunState()
-        self.callbacks: list[VerdictCallback] = []
-        self.queues: list[asyncio.Queue] = []
-
-
-class VerdictStream:
-    """Async iterator over one run's verdicts; subscribed when created, so nothing is missed."""
-
-    def __init__(self, queue: asyncio.Queue) -> None:
-        self._queue = queue
-        self._done = False
-
-    def __aiter__(self) -> VerdictStream:
-        return self
-
-    async def __anext__(self) -> Verdict:
-        if self._done:
-            raise StopAsyncIteration
-        item = await self._queue.get()
-        if item is _CLOSED:
-            self._done = True
-            raise StopAsyncIteration
-        return item
 
 
 class LoopClient:
@@ -126,7 +93,7 @@ class LoopClient:
         else:
             self.settings = msgspec.structs.replace(settings, **overrides) if overrides else settings
         self.stats = ClientStats()
-        self._runs: dict[str, _Entry] = {}
+        self._runs: dict[str, RunEntry] = {}
         self._waiters: dict[tuple[str, str], asyncio.Future] = {}
         self._waiting: dict[str, int] = {}  # run key -> gates waiting on it (the listener keeps their verdicts)
         self._seen = RecentIds(self.settings.dedup_size)
@@ -301,7 +268,7 @@ class LoopClient:
         """Deliver the verdicts of run key ``key`` here from now on."""
         entry = self._runs.get(key)
         if entry is None:
-            entry = self._runs[key] = _Entry()
+            entry = self._runs[key] = RunEntry()
         if callback is not None:
             entry.callbacks.append(callback)
         return entry.state
@@ -310,7 +277,7 @@ class LoopClient:
         entry = self._runs.pop(key, None)
         if entry is not None:
             for queue in entry.queues:
-                queue.put_nowait(_CLOSED)
+                queue.put_nowait(CLOSED)
 
     def state(self, key: str) -> RunState | None:
         entry = self._runs.get(key)
@@ -322,7 +289,7 @@ class LoopClient:
         entry = self._runs.get(key)
         queue: asyncio.Queue = asyncio.Queue()
         if entry is None:
-            queue.put_nowait(_CLOSED)
+            queue.put_nowait(CLOSED)
         else:
             entry.queues.append(queue)
         return VerdictStream(queue)
@@ -358,7 +325,7 @@ class LoopClient:
         self.stats.local_decisions += 1
         return verdicts
 
-    def _deliver(self, entry: _Entry | None, verdict: Verdict, *, remember: bool = True) -> None:
+    def _deliver(self, entry: RunEntry | None, verdict: Verdict, *, remember: bool = True) -> None:
         """Hand a verdict to the run: its state (unless a gate answered it), callbacks and iterators."""
         if entry is None:
             return
@@ -484,7 +451,7 @@ class LoopClient:
             return self._check_local(key, entry, call, t0)
         return await self._check_worker(key, entry, call, timeout, t0)
 
-    def _check_local(self, key: str, entry: _Entry | None, call: ToolCall, t0: float) -> Decision:
+    def _check_local(self, key: str, entry: RunEntry | None, call: ToolCall, t0: float) -> Decision:
         if not call.tool_call_id:
             call = msgspec.structs.replace(call, tool_call_id=wire.new_call_id())
         verdicts = self._decide(key, call)
@@ -521,7 +488,7 @@ class LoopClient:
             stats.allowed += 1
 
     async def _check_worker(
-        self, key: str, entry: _Entry | None, call: ToolCall, timeout: float | None, t0: float
+        self, key: str, entry: RunEntry | None, call: ToolCall, timeout: float | None, t0: float
     ) -> Decision:
         stats = self.stats
         if not call.await_decision or not call.tool_call_id:

@@ -6,23 +6,42 @@ never repeats the run's identity (agent, session, run id) on every call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from msgspec import UNSET
 
 from loopwarden.runner import wire
+from loopwarden.runner.routing import VerdictCallback, VerdictStream
 from loopwarden.runner.state import Decision, RunState
 from loopwarden.schemas.events import ToolCall, ToolResult
 from loopwarden.schemas.verdicts import Verdict
 
-if TYPE_CHECKING:
-    from loopwarden.runner.client import LoopClient, VerdictCallback, VerdictStream
+
+class RunHost(Protocol):
+    """What a run needs of its client (:class:`~loopwarden.runner.client.LoopClient`), named here
+    so that this module does not import the client that imports it."""
+
+    encode: wire.PayloadEncoder
+
+    def state(self, key: str) -> RunState | None: ...
+    def register(self, key: str, callback: VerdictCallback | None = None) -> RunState: ...
+    def unregister(self, key: str) -> None: ...
+    def verdicts(self, key: str) -> VerdictStream: ...
+    async def check(self, call: ToolCall, timeout: float | None = None) -> Decision: ...
+    async def tool_call(
+        self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None
+    ) -> ToolCall: ...
+    async def tool_result(self, call: ToolCall | Decision, *, result: Any = ..., error: Any = ...) -> ToolResult: ...
+    async def ack(self, verdict: Verdict, outcome: str = "applied", detail: str | None = None) -> bool: ...
+    async def _ack_once(self, verdict: Verdict, outcome: str, detail: str) -> None: ...
+    async def compaction_retry(self, ref: wire.RunRef, reason: str | None = None) -> None: ...
+    async def run_end(self, ref: wire.RunRef) -> None: ...
 
 
 class Run:
     """One registered run (made by :meth:`LoopClient.run`)."""
 
-    def __init__(self, client: LoopClient, ref: wire.RunRef) -> None:
+    def __init__(self, client: RunHost, ref: wire.RunRef) -> None:
         self.client = client
         self.ref = ref
 

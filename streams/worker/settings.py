@@ -259,3 +259,12 @@ def from_sources(
         elif env_name(name) in environ:
             raw[name] = environ[env_name(name)]
     return msgspec.convert(raw, Settings, strict=False)
+
+
+def settings_from_flags(broker_url: str, flags: list[str] | tuple[str, ...]) -> Settings:
+    """Settings from command-line flags over the defaults, on ``broker_url`` (what benchmarks start)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    known, _ = parser.parse_known_args(list(flags))
+    known.broker = broker_url
+    return from_sources(known)
