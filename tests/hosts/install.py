@@ -51,7 +51,8 @@ def npm_package(spec: str, timeout: float = 900) -> Path:
         if done.exists():
             return folder
         proc = subprocess.run(
-            [npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(folder), spec],
+            [npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]
+            + ["--prefix", str(folder), spec],
             capture_output=True,
             text=True,
             timeout=timeout,
