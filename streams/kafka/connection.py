@@ -22,10 +22,17 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def settings_from_env(cls: type, prefix: str, environ: Mapping[str, str] | None, overrides: dict[str, Any]) -> Any:
-    """A settings Struct from ``overrides`` (not None) > ``<prefix><FIELD>`` variables > its defaults."""
+    """A settings Struct from ``overrides`` (not None) > ``<prefix><FIELD>`` variables > its defaults.
+
+    An override that is not a field is a TypeError naming it (a misspelt keyword must not be dropped
+    silently: ``config_key=`` instead of ``config_keys=`` would turn signature checks off)."""
     environ = os.environ if environ is None else environ
+    fields = msgspec.structs.fields(cls)
+    unknown = sorted(set(overrides) - {f.name for f in fields})
+    if unknown:
+        raise TypeError(f"unknown setting(s) of {cls.__name__}: {', '.join(unknown)}")
     raw: dict[str, Any] = {}
-    for field in msgspec.structs.fields(cls):
+    for field in fields:
         key = prefix + field.name.upper()
         if overrides.get(field.name) is not None:
             raw[field.name] = overrides[field.name]

@@ -134,6 +134,7 @@ class LoopClient:
             acks=1,
             enable_idempotence=False,
             request_timeout_ms=s.request_timeout_ms,
+            max_request_size=max(1 << 20, s.max_event_bytes + 65536),  # the event, its key and the batch framing
             client_id=f"{s.client_id}-events",
             **kafka_auth(s),
         )
@@ -146,6 +147,12 @@ class LoopClient:
 
     def _on_failed(self) -> None:
         self.stats.send_errors += 1
+
+    def _on_too_large(self) -> None:
+        self.stats.events_too_large += 1
+
+    def _on_refused(self) -> None:
+        self.stats.events_refused += 1
 
     def _on_down(self) -> None:
         """The producer lost the broker: gates waiting for a verdict answer now (fail open)."""
@@ -169,10 +176,14 @@ class LoopClient:
             close_timeout=s.close_timeout,
             backoff_max=s.reconnect_backoff_max,
             log_interval=s.outage_log_interval,
+            max_buffered_bytes=s.max_buffered_bytes,
+            max_event_bytes=s.max_event_bytes,
             on_sent=self._on_sent,
             on_dropped=self._on_dropped,
             on_failed=self._on_failed,
             on_down=self._on_down,
+            on_too_large=self._on_too_large,
+            on_refused=self._on_refused,
         )
         self._listener = VerdictListener(
             s, self._on_verdict, self._on_undecodable, self._wants, self._on_foreign, self._on_rejected
@@ -184,7 +195,7 @@ class LoopClient:
             if self._local is not None:
                 from loopwarden.runner.local import ConfigSource
 
-                self._config_source = ConfigSource(self._local.fleet, s, self._config_updated)
+                self._config_source = ConfigSource(self._local.fleet, s, self._config_updated, self._on_config_rejected)
                 self._config_source.start()
             connected = await self._outbox.first_attempt(s.request_timeout_ms / 1000 + 1)
             if not connected:
@@ -200,6 +211,9 @@ class LoopClient:
             await self.close()
             raise
         return self
+
+    def _on_config_rejected(self) -> None:
+        self.stats.config_rejected += 1
 
     def _config_updated(self, fleet: FleetConfig) -> None:
         if self._local is not None:
@@ -306,6 +320,11 @@ class LoopClient:
         return self._put(event, run_key(event))
 
     def _put(self, event: Event, key: str) -> bool:
+        call_id = getattr(event, "tool_call_id", None)
+        if call_id:
+            entry = self._runs.get(key)
+            if entry is not None:  # a verdict must name one of the run's own calls (RunState.owns)
+                entry.state.made(call_id, event.tool_name)
         outbox = self._outbox
         if outbox is None:
             self.stats.send_errors += 1
@@ -515,7 +534,7 @@ class LoopClient:
             async with asyncio.timeout(limit):
                 if not self._put(call, key):
                     raise ConnectionError("event buffer full")
-                verdict: Verdict = await fut
+                verdict: Verdict = self._as_seen(await fut, call.tool_name)
                 if entry is not None and entry.state.aborted is not None and verdict.action != "abort":
                     # the run was aborted while this call waited; its own block still awaits an ack
                     superseded = verdict if verdict.action == "block" else None
@@ -572,12 +591,17 @@ class LoopClient:
         if entry is None and waiter is None:
             stats.foreign_dropped += 1
             return
+        if waiter is None and not entry.state.owns(verdict):
+            stats.verdicts_stale += 1  # an earlier run's verdict (same session key), or a call never made
+            return
         if self._seen.seen(verdict.verdict_id):
             stats.duplicates_dropped += 1
             return
         # What the runner hands on (gates, callbacks, iterators, run.aborted) says what the model would
-        # read: text from the verdict's fields, never the record's own message (loopwarden.runner.text).
-        verdict = msgspec.structs.replace(verdict, message=verdict_text(verdict))
+        # read: text from the verdict's fields, never the record's own message, and the tool named as this
+        # run called it, never as the record says (loopwarden.runner.text).
+        own = entry.state.tool_of(verdict.tool_call_id) or entry.state.last_tool if entry is not None else None
+        verdict = self._as_seen(verdict, own)
         if waiter is not None and not waiter.done():
             waiter.set_result(verdict)  # the gate acts on it; a block is not remembered as pending,
             self._deliver(entry, verdict, remember=False)  # but an abort ends the run
@@ -588,6 +612,12 @@ class LoopClient:
         if entry is not None and self._local is not None:
             stats.corrections += 1  # stricter than the runner's own decision: applied to the next call
         self._deliver(entry, verdict)
+
+
+    @staticmethod
+    def _as_seen(verdict: Verdict, own_tool: str | None) -> Verdict:
+        """A worker's verdict as the runner hands it on: the run's own tool name, text built from fields."""
+        return msgspec.structs.replace(verdict, tool_name=own_tool, message=verdict_text(verdict, own_tool or ""))
 
 
 class KafkaConnectionLost(ConnectionError):

@@ -36,7 +36,7 @@ from aiokafka.errors import KafkaError
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.kafka.signing import verifier_from
-from loopwarden.runner.outbox import Outage, wait_event
+from loopwarden.runner.outbox import Outage, stop_task, wait_event
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.verdicts import Verdict, VerdictViolation
 
@@ -70,6 +70,7 @@ class VerdictListener:
         self._attempted = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task | None = None
+        self._closing = False  # the loops end on it even if a cancel is lost (loopwarden.runner.outbox)
         # verdict_violation records share the topic; they are for operators: skipped, not "undecodable"
         self._decoder = msgspec.json.Decoder(Verdict | VerdictViolation)
 
@@ -108,10 +109,11 @@ class VerdictListener:
     async def _connect(self) -> None:
         """Start a consumer, retrying with back-off until the broker answers."""
         backoff = 0.1
-        while True:
+        while not self._closing:
             consumer = self._make_consumer()
             try:
-                await asyncio.wait_for(consumer.start(), self.settings.request_timeout_ms / 1000)
+                async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
+                    await consumer.start()
             except Exception as exc:  # noqa: BLE001 - broker down: keep trying, checks fail open meanwhile
                 self.outage.failed(exc)
                 self._attempted.set()
@@ -136,6 +138,8 @@ class VerdictListener:
                 partitions = None
             if partitions:
                 break
+            if self._closing:
+                return
             await asyncio.sleep(0.2)
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
@@ -148,8 +152,9 @@ class VerdictListener:
         if self._consumer is None:
             await self._connect()
         consumer = self._consumer
-        assert consumer is not None
-        while not self.ready.is_set():
+        if consumer is None:  # closing
+            return
+        while not self.ready.is_set() and not self._closing:
             try:
                 await self._assign()
             except Exception as exc:  # noqa: BLE001
@@ -159,7 +164,7 @@ class VerdictListener:
         decode, handler, wants, on_foreign = self._decoder.decode, self.handler, self.wants, self.on_foreign
         verify = self.verifier.verify if self.verifier is not None else None
         backoff = 0.05
-        while True:
+        while not self._closing:
             try:
                 batches = await consumer.getmany(timeout_ms=1000, max_records=2000)
                 if backoff != 0.05:
@@ -189,13 +194,11 @@ class VerdictListener:
                         handler(record.key, verdict)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        """Stop listening; returns within twice ``close_timeout`` whatever the broker does."""
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None:
+            await stop_task(task, self.settings.close_timeout)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await stop_consumer(consumer, self.settings.close_timeout)

@@ -10,7 +10,8 @@ verdicts ``runner:<instance>:<n>``. :class:`ConfigSource` gives it the
 fleet's config: a fallback (file or mapping) with the compacted config
 topic's records on top, read in full at start and then live, reconnecting
 by itself (the worker's :class:`~loopwarden.kafka.configfeed.ConfigFeed`,
-which needs no Faust).
+which needs no Faust); with ``config_keys`` it applies only records an
+operator signed, as the workers do.
 
 What a runner cannot see (other runs, fleet incidents) stays with the
 worker, which audits the runner's decisions (schemas/WIRE.md, "Runner
@@ -36,7 +37,8 @@ from loopwarden.detection.decision import decide_event
 from loopwarden.detection.published import verdict_for
 from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
-from loopwarden.runner.outbox import Outage
+from loopwarden.kafka.signing import verifier_from
+from loopwarden.runner.outbox import Outage, stop_task
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.schemas.config import FleetConfig, load_config
 from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
@@ -141,7 +143,13 @@ def fleet_config(config: FleetConfig | Mapping | str | Path | None) -> FleetConf
 class ConfigSource:
     """The fallback config with the config topic's records on top, kept live; reconnects by itself."""
 
-    def __init__(self, base: FleetConfig, settings: ClientSettings, on_update: Callable[[FleetConfig], Any]) -> None:
+    def __init__(
+        self,
+        base: FleetConfig,
+        settings: ClientSettings,
+        on_update: Callable[[FleetConfig], Any],
+        on_rejected: Callable[[], Any] | None = None,
+    ) -> None:
         self.base = base
         self.settings = settings
         self._on_update = on_update
@@ -151,9 +159,13 @@ class ConfigSource:
             settings.config_topic,
             on_update=self._updated,
             client_kwargs=kafka_auth(settings),
+            # as the workers': with config keys, a record no operator signed changes no decision
+            verifier=verifier_from(settings.config_keys, settings.config_keys_file),
+            on_rejected=on_rejected,
         )
         self.outage = Outage("config feed", settings.outage_log_interval)
         self._task: asyncio.Task | None = None
+        self._closing = False
 
     @property
     def loaded(self) -> asyncio.Event:
@@ -168,7 +180,7 @@ class ConfigSource:
 
     async def _run(self) -> None:
         backoff = 0.1
-        while True:
+        while not self._closing:
             try:
                 await self.feed.run()
             except asyncio.CancelledError:
@@ -179,13 +191,10 @@ class ConfigSource:
             backoff = min(self.settings.reconnect_backoff_max, backoff * 2)
 
     async def stop(self) -> None:
+        self._closing = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await asyncio.wait_for(task, self.settings.close_timeout)
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+            await stop_task(task, self.settings.close_timeout)
 
 
 def mark(call: ToolCall, verdict: Verdict | None) -> ToolCall:

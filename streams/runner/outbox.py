@@ -6,12 +6,27 @@ caller: :meth:`Outbox.put` appends to a bounded buffer and returns at once;
 one pump task connects (and reconnects, with back-off) and sends the
 buffer in order. An event stays in the outbox until the broker confirmed
 it; after a failure everything unconfirmed is sent again on the next
-connection (the worker drops a repeated ``event_id``). When the buffer is
-full, new events are dropped and counted (``ClientStats.events_dropped``).
+connection (the worker drops a repeated ``event_id``). The buffer is
+bounded by events (``max_buffered``) and by bytes (``max_buffered_bytes``):
+when either is reached, new events are dropped and counted
+(``ClientStats.events_dropped``).
+
+Only an outage is retried. An event larger than ``max_event_bytes`` is
+never queued (the worker would dead-letter it), and one the client or
+broker refuses for what it is (:func:`loopwarden.kafka.errors.is_permanent`:
+too large, a forbidden topic) is dropped at once: both are counted
+(``events_too_large``, ``events_refused``) and logged at most once per
+``log_interval``, and the events behind them go on.
 
 :class:`Outage` words an outage for the log: its first failure, then at
 most one line per ``interval`` while it lasts, and one when it ends, so a
 dead broker costs a few lines, not one per retry.
+
+Stopping never depends on a cancel being delivered: Python 3.11's
+``asyncio.wait_for`` loses a cancel that arrives as the awaited call
+finishes (a loop busy for a moment is enough), so the loops here check a
+``closing`` flag, waits use ``asyncio.timeout``, and :func:`stop_task`
+waits for a task only as long as it is told to.
 """
 
 from __future__ import annotations
@@ -20,10 +35,12 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+
+from loopwarden.kafka.errors import is_permanent
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +54,64 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     if not done:
         waiter.cancel()
     return event.is_set()
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # read, so an abandoned task never logs "exception was never retrieved"
+
+
+async def stop_task(task: asyncio.Future, timeout: float) -> bool:
+    """Cancel ``task`` and wait for it at most ``timeout`` seconds (never longer); whether it ended.
+
+    A task that lost its cancel (``wait_for`` in Python 3.11) is cancelled again; one that still
+    runs after ``timeout`` is left to end by itself (its loop checks a closing flag) and logged.
+    """
+    deadline = time.monotonic() + max(0.0, timeout)
+    while True:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+        if done:
+            _retrieve(task)
+            return True
+        if time.monotonic() >= deadline:
+            task.add_done_callback(_retrieve)
+            log.warning("loopwarden task %s did not stop within %.1fs", task.get_name(), timeout)
+            return False
+
+
+async def bounded(aw: Awaitable[Any], timeout: float) -> None:
+    """Await ``aw`` for at most ``timeout`` seconds, then leave it (cancelled); never raises.
+
+    For stopping clients of a dead broker: aiokafka's ``stop()`` may sit in a retry back-off."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        log.debug("stop did not finish within %.1fs", timeout)
+        return
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("stop: %r", task.exception())
+
+
+class Throttled:
+    """One kind of dropped record: counted, logged the first time and then at most once per ``interval``."""
+
+    __slots__ = ("what", "interval", "count", "_next")
+
+    def __init__(self, what: str, interval: float = 60.0) -> None:
+        self.what = what
+        self.interval = interval
+        self.count = 0
+        self._next = 0.0
+
+    def note(self, detail: object) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            log.warning("loopwarden %s (%d so far): %s", self.what, self.count, detail)
 
 
 class Outage:
@@ -88,13 +163,14 @@ class Outage:
 
 
 class _Item:
-    __slots__ = ("topic", "key", "value", "done")
+    __slots__ = ("topic", "key", "value", "size", "done")
 
     def __init__(self, topic: str, key: bytes | None, value: bytes) -> None:
         self.topic = topic
         self.key = key
         self.value = value
-        self.done = False
+        self.size = len(value) + (len(key) if key is not None else 0)
+        self.done = False  # confirmed by the broker, or refused for good
 
 
 class Outbox:
@@ -109,25 +185,37 @@ class Outbox:
         close_timeout: float,
         backoff_max: float = 5.0,
         log_interval: float = 60.0,
+        max_buffered_bytes: int = 64 << 20,
+        max_event_bytes: int = 1 << 20,
         on_sent: Callable[[], Any] | None = None,
         on_dropped: Callable[[], Any] | None = None,
         on_failed: Callable[[], Any] | None = None,
         on_down: Callable[[], Any] | None = None,
+        on_too_large: Callable[[], Any] | None = None,
+        on_refused: Callable[[], Any] | None = None,
     ) -> None:
         self._make = make_producer
         self.max_buffered = max(1, max_buffered)
+        self.max_buffered_bytes = max(1, max_buffered_bytes)
+        self.max_event_bytes = max(1, max_event_bytes)
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
         self.backoff_max = backoff_max
         self.outage = Outage("event producer", log_interval)
+        self.too_large = Throttled("events over max_event_bytes dropped", log_interval)
+        self.refused = Throttled("events the broker refuses for good dropped", log_interval)
         self._on_sent = on_sent
         self._on_dropped = on_dropped
         self._on_failed = on_failed
         self._on_down = on_down
+        self._on_too_large = on_too_large
+        self._on_refused = on_refused
         self._unsent: deque[_Item] = deque()
         self._inflight: deque[_Item] = deque()  # sent, not yet confirmed (in send order)
+        self._bytes = 0  # key + value bytes of every item not yet done
         self._wake = asyncio.Event()
         self._broken = False
+        self._closing = False
         self.connected = asyncio.Event()
         self._producer: AIOKafkaProducer | None = None
         self._task: asyncio.Task | None = None
@@ -136,13 +224,25 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._unsent) + len(self._inflight)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Key and value bytes of the events not yet confirmed (at most ``max_buffered_bytes``)."""
+        return self._bytes
+
     def put(self, topic: str, key: bytes | None, value: bytes) -> bool:
-        """Queue one record; False (and counted) when the buffer is full. Never waits."""
-        if len(self._unsent) + len(self._inflight) >= self.max_buffered:
+        """Queue one record; False (and counted) when it is too large or the buffer is full. Never waits."""
+        item = _Item(topic, key, value)
+        if len(value) > self.max_event_bytes:
+            self.too_large.note(f"{len(value)} bytes > {self.max_event_bytes}")
+            if self._on_too_large is not None:
+                self._on_too_large()
+            return False
+        if len(self) >= self.max_buffered or self._bytes + item.size > self.max_buffered_bytes:
             if self._on_dropped is not None:
                 self._on_dropped()
             return False
-        self._unsent.append(_Item(topic, key, value))
+        self._unsent.append(item)
+        self._bytes += item.size
         self._wake.set()
         return True
 
@@ -158,16 +258,29 @@ class Outbox:
     async def _connect(self) -> AIOKafkaProducer | None:
         producer = self._make()
         try:
-            await asyncio.wait_for(producer.start(), self.send_timeout)
+            async with asyncio.timeout(self.send_timeout):
+                await producer.start()
         except Exception as exc:  # noqa: BLE001 - broker down, DNS, auth: all retried
             self.outage.failed(exc)
             await self._stop(producer)
             return None
         return producer
 
+    def _resolve(self, item: _Item) -> None:
+        """The item is done: confirmed or refused; it no longer counts against the byte bound."""
+        if not item.done:
+            item.done = True
+            self._bytes -= item.size
+
+    def _refuse(self, item: _Item, exc: BaseException) -> None:
+        self._resolve(item)
+        self.refused.note(f"{exc!r} ({item.size} bytes for {item.topic})")
+        if self._on_refused is not None:
+            self._on_refused()
+
     async def _pump(self) -> None:
         backoff = 0.1
-        while True:
+        while not self._closing:
             if self._producer is None:
                 producer = await self._connect()
                 self._attempted.set()
@@ -175,6 +288,9 @@ class Outbox:
                     await asyncio.sleep(backoff)
                     backoff = min(self.backoff_max, backoff * 2)
                     continue
+                if self._closing:
+                    await self._stop(producer)
+                    return
                 backoff = 0.1
                 self._producer = producer
                 self._broken = False
@@ -189,10 +305,13 @@ class Outbox:
                 continue
             item = self._unsent[0]
             try:
-                delivery = await asyncio.wait_for(
-                    self._producer.send(item.topic, item.value, key=item.key), self.send_timeout
-                )
+                async with asyncio.timeout(self.send_timeout):
+                    delivery = await self._producer.send(item.topic, item.value, key=item.key)
             except Exception as exc:  # noqa: BLE001 - KafkaError, timeout: the item stays at the head
+                if is_permanent(exc):  # retrying cannot cure it: drop this one, the rest go on
+                    self._unsent.popleft()
+                    self._refuse(item, exc)
+                    continue
                 self.outage.failed(exc)
                 await self._reset()
                 await asyncio.sleep(backoff)
@@ -201,23 +320,28 @@ class Outbox:
             self._unsent.popleft()
             self._inflight.append(item)
             delivery.add_done_callback(lambda d, item=item: self._delivered(d, item))
+            await asyncio.sleep(0)  # a delivery that failed at once is seen before the next send
 
     def _delivered(self, delivery: asyncio.Future, item: _Item) -> None:
         # Always read the outcome: an unread failed future logs "exception was never retrieved".
         exc = None if delivery.cancelled() else delivery.exception()
         if exc is None and not delivery.cancelled():
             if not item.done:
-                item.done = True
+                self._resolve(item)
                 if self._on_sent is not None:
                     self._on_sent()
-            inflight = self._inflight
-            while inflight and inflight[0].done:
-                inflight.popleft()
+        elif exc is not None and is_permanent(exc):
+            if not item.done:
+                self._refuse(item, exc)
+        else:
+            if not self._broken and self._producer is not None:
+                self._broken = True
+                self.outage.failed(exc or ConnectionError("delivery cancelled"))
+                self._wake.set()
             return
-        if not self._broken and self._producer is not None:
-            self._broken = True
-            self.outage.failed(exc or ConnectionError("delivery cancelled"))
-            self._wake.set()
+        inflight = self._inflight
+        while inflight and inflight[0].done:
+            inflight.popleft()
 
     async def _reset(self) -> None:
         """Drop the connection; everything unconfirmed goes back to the front, in order."""
@@ -233,32 +357,30 @@ class Outbox:
             await self._stop(producer)
 
     async def _stop(self, producer: AIOKafkaProducer) -> None:
-        try:
-            await asyncio.wait_for(producer.stop(), self.close_timeout)
-        except Exception as exc:  # noqa: BLE001 - a dead broker: nothing more to do with it
-            log.debug("producer stop: %r", exc)
+        await bounded(producer.stop(), self.close_timeout)
 
     async def close(self, flush_timeout: float) -> int:
-        """Send what is buffered (bounded by ``flush_timeout`` if connected), stop; events left behind."""
+        """Send what is buffered (bounded by ``flush_timeout`` if connected), stop; events left behind.
+
+        Returns within ``flush_timeout`` plus twice ``close_timeout``, whatever the broker does."""
         if self._task is not None and self.connected.is_set() and len(self):
             deadline = time.monotonic() + flush_timeout
             while len(self) and self.connected.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+        self._closing = True
+        self._wake.set()
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+            await stop_task(task, self.close_timeout)
         producer, self._producer = self._producer, None
         self.connected.clear()
         if producer is not None:
             await self._stop(producer)
-        left = len(self)
+        left = sum(1 for i in self._unsent if not i.done) + sum(1 for i in self._inflight if not i.done)
         for _ in range(left):
             if self._on_failed is not None:
                 self._on_failed()
         self._unsent.clear()
         self._inflight.clear()
+        self._bytes = 0
         return left

@@ -13,8 +13,13 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
 - ``require_broker=False``: a broker that cannot be reached at start does not
   stop the agent; the client connects in the background whenever the broker
   comes up (``True`` makes ``start()`` raise instead).
-- ``max_buffered=10000``: events kept while the broker is away; past that,
-  new ones are dropped and counted (never blocking the agent).
+- ``max_buffered=10000``, ``max_buffered_bytes=64 MiB``: events kept while
+  the broker is away, by count and by bytes (events of a few hundred KB are
+  normal: 10,000 of them would be gigabytes); past either, new ones are
+  dropped and counted (never blocking the agent).
+- ``max_event_bytes=1 MiB``: the worker's own limit (``max_event_bytes``,
+  larger events are dead-lettered there): a larger event is not sent, and
+  counted (``ClientStats.events_too_large``).
 - ``decisions="auto"``: decide the per-run rules in-process (``local``) when
   the runner has the fleet's config (``config``, a file; or a mapping given to
   :class:`~loopwarden.runner.LoopClient`), else ask the worker (``worker``,
@@ -25,6 +30,11 @@ Why these defaults (measured with ``loopwarden bench latency`` on Tansu):
   (base64, comma-separated; or a file of PEM blocks or base64 lines). When
   set, a verdict not signed by one of them is dropped and counted
   (``ClientStats.signature_rejected``); unset, every verdict is read as before.
+- ``config_keys`` / ``config_keys_file``: the operators' public keys, as the
+  workers' ``config_keys``. When set, a config record not signed by one of
+  them is ignored by local decisions and counted
+  (``ClientStats.config_rejected``); unset, every record is applied. A runner
+  that decides locally should have the same keys as its workers.
 
 Every field can be set by ``LOOPWARDEN_RUNNER_<FIELD>`` (e.g.
 ``LOOPWARDEN_RUNNER_BOOTSTRAP``, ``LOOPWARDEN_RUNNER_CONFIG``); arguments win
@@ -56,6 +66,10 @@ class ClientSettings(SecuritySettings, kw_only=True):
     verdict_keys: str | None = None
     verdict_keys_file: str | None = None
     max_buffered: int = 10000
+    max_buffered_bytes: int = 64 << 20  # key + value bytes kept while the broker is away
+    max_event_bytes: int = 1 << 20  # as the worker's max_event_bytes: larger events are not sent
+    config_keys: str | None = None  # operators' public keys: unsigned config records are ignored
+    config_keys_file: str | None = None
     reconnect_backoff_max: float = 5.0
     outage_log_interval: float = 60.0
     decisions: Literal["auto", "local", "worker"] = "auto"

@@ -7,6 +7,7 @@ lives until the runner closes the run.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 from typing import Literal
 
@@ -21,6 +22,8 @@ DecisionAction = Literal["allow", "warn", "block", "abort"]
 DecisionSource = Literal["local", "verdict", "pending_block", "aborted", "timeout", "error", "offline", "closed"]
 _RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 MAX_DECIDED = 256  # a run's recent local decisions, by call id (to recognise the worker repeating one)
+MAX_CALLS = 4096  # a run's recent call ids and tool names (verdicts name one of them, or are not this run's)
+CLOCK_SLACK = 1.0  # seconds a verdict's event may seem older than the run (a clock step back)
 
 
 class Decision(msgspec.Struct, kw_only=True):
@@ -87,10 +90,14 @@ class ClientStats(msgspec.Struct, kw_only=True):
     acks_sent: int = 0
     start_errors: int = 0  # start() found no broker: the client connects later by itself
     events_dropped: int = 0  # the outbox was full (broker away too long): dropped, never blocking the agent
+    events_too_large: int = 0  # events over max_event_bytes: not sent (the worker would dead-letter them)
+    events_refused: int = 0  # events the client or broker refused for good (size, topic, ACL): dropped, not retried
+    config_rejected: int = 0  # config records not signed by a config key (config_keys): ignored
     disconnects: int = 0  # the producer lost the broker (it reconnects by itself)
     local_decisions: int = 0  # events decided in-process
     local_errors: int = 0  # local decisions that raised (the call was allowed)
     verdicts_agreed: int = 0  # worker verdicts repeating a local decision (dropped)
+    verdicts_stale: int = 0  # verdicts for a call the run never made, or from before it began (dropped)
     corrections: int = 0  # worker verdicts stricter than the local decision (applied to the next call)
 
     @property
@@ -107,16 +114,48 @@ class RunState:
     - ``aborted``: the ``abort`` verdict (``compaction_loop_persisted``): the
       runner ends the run; every later check answers ``abort``;
     - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded).
+
+    Runs are keyed by session when they have no ``run_id``, so a verdict of an
+    earlier run of the same session (an old signed ``abort`` written again)
+    carries this run's key. ``started`` and the run's own call ids (bounded)
+    tell them apart: :meth:`owns` accepts a verdict only for a call this run
+    made, and only from an event of this run's lifetime.
     """
 
-    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked", "_decided")
+    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked", "started", "last_tool", "_decided", "_calls")
 
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.time() if started is None else started  # the events' clock (wire ``ts``)
+        self.last_tool: str | None = None
+        self._calls: OrderedDict[str, str] = OrderedDict()  # call id -> tool name, as this run sent them
         self.pending_block: Verdict | None = None
         self.aborted: Verdict | None = None
         self.warnings: deque[Verdict] = deque(maxlen=64)
         self.abort_acked = False  # the abort is acknowledged once, however many checks it answers
         self._decided: OrderedDict[str, str] | None = None  # call id -> local action (local mode only)
+
+    def made(self, call_id: str, tool_name: str) -> None:
+        """Remember a call this run sent (bounded: the oldest are forgotten)."""
+        calls = self._calls
+        calls[call_id] = tool_name
+        calls.move_to_end(call_id)
+        if len(calls) > MAX_CALLS:
+            calls.popitem(last=False)
+        self.last_tool = tool_name
+
+    def tool_of(self, call_id: str | None) -> str | None:
+        """The tool name this run sent with ``call_id`` (None: not one of its calls)."""
+        return self._calls.get(call_id) if call_id else None
+
+    def owns(self, verdict: Verdict) -> bool:
+        """Whether ``verdict`` is about this run: its event is not older than the run, and the call it
+        names (if any) is one this run made."""
+        ts = verdict.event_ts
+        if ts is not None and ts < self.started - CLOCK_SLACK:
+            return False
+        if verdict.tool_call_id is not None:
+            return verdict.tool_call_id in self._calls
+        return ts is not None  # no call named: only its event's time ties it to this run
 
     def decided(self, call_id: str, action: str) -> None:
         """Remember the runner's own decision for a call (bounded)."""

@@ -62,7 +62,9 @@ def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
     """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``).
 
     ``own_tool``: the tool name of the runner's own call that the verdict answers, used instead of
-    the record's (normalized as the worker does, so an honest verdict reads the same)."""
+    the record's (normalized as the worker does, so an honest verdict reads the same); the runner's
+    client always passes one (``""`` when it knows none: the text says ``tool``), so no name of
+    the record's choosing reaches the model."""
     detector, critical = verdict.detector, verdict.level == "critical"
     name = normalize_tool_name(own_tool) if own_tool is not None else verdict.tool_name
     tool, n = safe_name(name), safe_count(verdict.count)
@@ -75,7 +77,8 @@ def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
     if detector == "global_circuit_breaker":
         return messages.global_breaker(tool, n)
     if detector == "unknown_tool_repeat":
-        return messages.unknown_tool(safe_name(_unknown_name(verdict, verdict.tool_name)), n)
+        missing = own_tool if own_tool is not None else _unknown_name(verdict, verdict.tool_name)
+        return messages.unknown_tool(safe_name(missing), n)
     if detector == "compaction_loop_persisted":
         return messages.compaction_loop(tool, n, n)  # the guard aborts when the count reaches its window
     if detector == "escalation":

@@ -59,6 +59,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.detection.state import UnknownFormatVersion
+from loopwarden.kafka.errors import is_permanent, too_large
 from loopwarden.worker.batch import BatchResult, Outgoing
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 
@@ -66,28 +67,6 @@ log = logging.getLogger(__name__)
 
 # send(topic, key, value) -> awaitable that resolves to the delivery future
 SendFn = Callable[[str, "bytes | None", bytes], Awaitable[Awaitable[Any]]]
-
-
-def is_permanent(exc: BaseException) -> bool:
-    """Whether retrying the same record can never succeed (its size, its topic, its encoding)."""
-    from aiokafka import errors
-
-    permanent = (
-        errors.MessageSizeTooLargeError,
-        errors.RecordTooLargeError,
-        errors.InvalidTopicError,
-        errors.TopicAuthorizationFailedError,
-        errors.UnsupportedVersionError,
-        TypeError,
-        ValueError,
-    )
-    return isinstance(exc, permanent)
-
-
-def too_large(exc: BaseException) -> bool:
-    from aiokafka import errors
-
-    return isinstance(exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError))
 
 
 class PublishPolicy(msgspec.Struct, frozen=True, kw_only=True):
