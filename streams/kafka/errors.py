@@ -34,4 +34,6 @@ def too_large(exc: BaseException) -> bool:
     """A size refusal: a smaller record may still go (a dead letter without its raw bytes)."""
     from aiokafka import errors
 
-    return isinstance(exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.RecordListTooLargeError))
+    return isinstance(
+        exc, (errors.MessageSizeTooLargeError, errors.RecordTooLargeError, errors.RecordListTooLargeError)
+    )

@@ -613,7 +613,6 @@ class LoopClient:
             stats.corrections += 1  # stricter than the runner's own decision: applied to the next call
         self._deliver(entry, verdict)
 
-
     @staticmethod
     def _as_seen(verdict: Verdict, own_tool: str | None) -> Verdict:
         """A worker's verdict as the runner hands it on: the run's own tool name, text built from fields."""
