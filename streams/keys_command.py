@@ -1,7 +1,9 @@
 """``loopwarden keys``: make an Ed25519 key pair, sign a record by hand (config records).
 
-``generate`` writes ``NAME.key`` (PKCS#8 PEM, mode 0600) and ``NAME.pub``
-(PEM) and prints the key id and the base64 public key (what
+``generate`` writes ``NAME.key`` (PKCS#8 PEM, mode 0600, whatever was there
+before) and ``NAME.pub`` (PEM), each as a new file that takes the name
+atomically, never through a symlink, and only with ``--force`` over an
+existing one; it prints the key id and the base64 public key (what
 ``--config-keys``, ``LOOPWARDEN_RUNNER_VERDICT_KEYS`` and the like take).
 ``sign`` prints the ``lw-sig`` header value of one record, for tools that
 publish config records, e.g. ``kcat -H "lw-sig=$(loopwarden keys sign ...)"``.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import secrets
 import sys
 
 
@@ -41,21 +44,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sign.set_defaults(func=sign_main)
 
 
+def write_file(path: str, data: bytes, mode: int, force: bool) -> None:
+    """Write ``path`` as a new file of ``mode``, atomically; never through a symlink.
+
+    The bytes go to a fresh file beside it (``O_EXCL | O_NOFOLLOW``, created with ``mode``, so a
+    private key is never readable by others, not even for a moment), which then takes the name:
+    ``os.replace`` with ``force`` (a symlink there is replaced, not followed), else ``os.link``,
+    which fails when the name exists. Raises FileExistsError without ``force``.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)  # whatever the umask left
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if force:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
 def generate_main(args: argparse.Namespace) -> int:
     from loopwarden.kafka.signing import generate, public_keys, raw_public
 
-    private, public, kid = generate()
     key_path, pub_path = args.name + ".key", args.name + ".pub"
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if args.force else os.O_EXCL)
+    if not args.force:
+        existing = [p for p in (key_path, pub_path) if os.path.lexists(p)]
+        if existing:
+            print(f"{' and '.join(existing)} exist(s) (--force overwrites)", file=sys.stderr)
+            return 1
+    private, public, kid = generate()
     try:
-        fd = os.open(key_path, flags, 0o600)
-    except FileExistsError:
-        print(f"{key_path} exists (--force overwrites it)", file=sys.stderr)
+        write_file(key_path, private, 0o600, args.force)
+        write_file(pub_path, public, 0o644, args.force)
+    except FileExistsError as exc:  # made meanwhile by someone else: theirs stays
+        print(f"{exc.filename or exc} exists (--force overwrites it)", file=sys.stderr)
         return 1
-    with os.fdopen(fd, "wb") as f:
-        f.write(private)
-    with open(pub_path, "wb") as f:
-        f.write(public)
     raw = base64.b64encode(raw_public(public_keys(public)[0])).decode()
     print(f"key id {kid}\nprivate key {key_path}\npublic key {pub_path}\npublic key (base64) {raw}")
     return 0

@@ -13,7 +13,8 @@ and skips, per run, what its state says it applied; a run that ended more
 than ``--ended-ttl`` ago is processed again and its verdicts published again
 with their old ``verdict_id``, which runners drop.
 
-The file: one msgpack document, :class:`Snapshot`. Saved after the worker
+The file: one msgpack document, :class:`Snapshot`, mode 0600 in a 0700
+folder (it holds every record: tool arguments and results). Saved after the worker
 stopped (nothing is written meanwhile), restored before it starts, and then
 removed by ``up``: a session that does not stop cleanly saves none, and the
 next ``up`` starts its worker afresh rather than on state that remembers
@@ -63,9 +64,16 @@ class BrokerSnapshot:
     def save(self, bootstrap: str) -> int:
         """Write every topic's records; the number of records."""
         snap = asyncio.run(read_broker(bootstrap))
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path.chmod(0o700)
         tmp = self.file.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.msgpack.encode(snap))
+        if os.path.lexists(tmp):
+            tmp.unlink()
+        # every record of every topic (tool arguments and results): this user's only, never through a link
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(msgspec.msgpack.encode(snap))
         os.replace(tmp, self.file)  # a save cut short keeps the previous snapshot
         return sum(len(t.records) for t in snap.topics)
 

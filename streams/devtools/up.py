@@ -7,12 +7,14 @@ health on ``127.0.0.1:6066``) with the default topic names, so a runner's
 until Ctrl-C or SIGTERM, then stops the worker and the broker. Without
 ``--data-dir`` everything lives in a temp folder removed at the end; with it,
 the worker's state, the broker's records (:mod:`loopwarden.devtools.snapshot`)
-and the logs stay there for the next ``up``.
+and the logs stay there for the next ``up``, readable by this user only
+(the folder 0700, what is in it 0600).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -99,8 +101,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"{prog}: {notice}", file=sys.stderr)
 
     keep = args.data_dir is not None
+    # Tool data (every record of the broker, run histories, logs of tool arguments) is for this user
+    # only: what up, the broker and the worker create is 0600 in 0700 folders (the umask is inherited).
+    os.umask(0o077)
     work = Path(args.data_dir).resolve() if keep else Path(tempfile.mkdtemp(prefix="loopwarden-up-"))
     work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o700)  # a folder that existed keeps no wider mode
     stack = LocalStack(
         work,
         broker_port=args.broker_port,

@@ -156,6 +156,9 @@ def test_up_data_dir_keeps_a_runs_history_across_restarts(tmp_path):
         if first.proc.poll() is None:
             first.proc.kill()
     assert (data / "broker" / "records.msgpack").is_file()
+    # tool data is this user's only: no file or folder of it readable by another local user
+    shared = [p for p in [data, *data.rglob("*")] if not p.is_symlink() and p.stat().st_mode & 0o077]
+    assert not shared, [(str(p), oct(p.stat().st_mode)) for p in shared]
     second = Up(tmp_path, "--config", str(CONFIG), "--data-dir", str(data))
     try:
         second.wait_banner()
