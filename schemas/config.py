@@ -38,14 +38,20 @@ DEFAULT_GUARD_WINDOW = 3
 # state grows with historySize and windowSize, so one config record must not make it unbounded
 # (``historySize: 1e9``). The thresholds only need to stay finite counts. Values within the caps
 # resolve exactly as before; ``loopwarden config check`` notes a clamped value.
+# historySize: a run's state is stored as one Kafka record (the changelog's, 1 MiB by default) and
+# a history record costs about 180 bytes with realistic tool names (``loopwarden bench state``,
+# ``at_cap``), so 3,500 calls fit (0.63 MB; 0.93 MB with 64-character names); at 10,000 (1.8 MB) a
+# long run's state did not fit and the worker had to reset it.
 KNOB_CAPS: dict[str, int] = {
-    "historySize": 10_000,
+    "historySize": 3_500,
     "warningThreshold": 1_000_000,
     "criticalThreshold": 1_000_000,
     "globalCircuitBreakerThreshold": 1_000_000,
     "unknownToolThreshold": 1_000_000,
     "windowSize": 1000,  # postCompactionGuard.windowSize
 }
+
+CAP_REASONS = {"historySize": " (a run's stored state must fit one Kafka record)"}  # how config check words it
 
 GLOBAL_KEY = "*"
 _NESTED = ("detectors", "postCompactionGuard")
@@ -190,7 +196,7 @@ def resolve_block(block: Any, notes: list[Note] | None = None, agent_block: Any 
         numbers.append(value)
         if notes is not None and raw is not _UNSET and not (value == raw and not isinstance(raw, bool)):
             if _positive_int(raw, default) != value:  # above its cap
-                note(key, value, f"{key} {show(raw)} is above the cap {value}: {value}")
+                note(key, value, f"{key} {show(raw)} is above the cap {value}{CAP_REASONS.get(key, '')}: {value}")
             else:
                 why = "null" if raw is None else f"{show(raw)} is not a positive integer"
                 note(key, value, f"{key} {why}: default {default}")

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.schemas.config import (
+    CAP_REASONS,
     KNOB_CAPS,
     ConfigError,
     FleetConfig,
@@ -153,7 +154,7 @@ def cap_warnings(block: Any, where: str) -> list[str]:
     for key, raw in found:
         cap = KNOB_CAPS[key.rsplit(".", 1)[-1]]
         if _positive_int(raw, 0) > cap:
-            out.append(f"{where}.{key} {show(raw)} is above the cap {cap}: {cap}")
+            out.append(f"{where}.{key} {show(raw)} is above the cap {cap}{CAP_REASONS.get(key, '')}: {cap}")
     return out
 
 

@@ -55,6 +55,51 @@ def bench_state(events: int, seed: int, repeat: int, event_ids: bool) -> dict:
         "decoded_bytes_per_run": round(decoded / len(values)),
         "encode_us_per_run": encode_us,
         "decode_us_per_run": decode_us,
+        "at_cap": at_cap(),
+    }
+
+
+REALISTIC_TOOLS = (
+    "functions.read_file",
+    "mcp__filesystem__list_directory",
+    "shell_command",
+    "web_search",
+    "mcp__github__get_pull_request_comments",
+)
+
+
+def filled_run(history_size: int, tools: tuple[str, ...] = REALISTIC_TOOLS) -> bytes:
+    """The stored value of one run whose history is full: ``history_size`` distinct calls with results."""
+    from loopwarden.runner import wire
+    from loopwarden.runner.local import LocalDecider
+    from loopwarden.worker.runcodec import RunValue, encode_value
+
+    never = 1_000_000
+    block = {"enabled": True, "historySize": history_size, "warningThreshold": never - 1}
+    block.update(criticalThreshold=never, globalCircuitBreakerThreshold=never + 1)
+    local = LocalDecider(FleetConfig.from_document({"tools": {"loopDetection": block}}))
+    ref = wire.RunRef(agent_id="agent-bench", run_id="run-bench")
+    for i in range(history_size):
+        call = wire.tool_call(ref, tools[i % len(tools)], {"path": f"src/module_{i}.py", "line": i})
+        local.apply(ref.key, call, now=1.0)
+        local.apply(ref.key, wire.result_for(call, result={"text": f"content {i}"}), now=1.0)
+    return encode_value(RunValue(offset=1, touched=1.0, state=local._states[ref.key]))
+
+
+def at_cap() -> dict:
+    """A run at the ``historySize`` cap, stored, against the largest run value a default worker writes."""
+    from loopwarden.schemas.config import KNOB_CAPS
+    from loopwarden.worker.settings import Settings
+
+    cap, limit = KNOB_CAPS["historySize"], Settings().max_run_value_bytes
+    realistic, long_names = len(filled_run(cap)), len(filled_run(cap, tuple(t.ljust(64, "_") for t in REALISTIC_TOOLS)))
+    return {
+        "history_size": cap,
+        "stored_bytes": realistic,
+        "stored_bytes_64_char_names": long_names,
+        "bytes_per_call": round(realistic / cap, 1),
+        "record_limit": limit,
+        "fits": realistic <= limit and long_names <= limit,
     }
 
 

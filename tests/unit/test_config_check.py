@@ -245,25 +245,30 @@ def test_numbers_above_their_cap_are_clamped_and_noted():
     }
     effective, notes = explain_block(block)
     assert effective == resolve_block(block)
-    assert effective.history_size == KNOB_CAPS["historySize"] == 10_000
+    assert effective.history_size == KNOB_CAPS["historySize"] == 3_500
     assert effective.guard_window == KNOB_CAPS["windowSize"]
     assert effective.warning_threshold == KNOB_CAPS["warningThreshold"]
     assert effective.critical_threshold == KNOB_CAPS["warningThreshold"] + 1  # §1.5 after the cap
     texts = [n.text for n in notes]
-    assert "historySize 1000000000 is above the cap 10000: 10000" in texts
+    assert (
+        "historySize 1000000000 is above the cap 3500 (a run's stored state must fit one Kafka record): 3500" in texts
+    )
     assert "postCompactionGuard.windowSize 5000 is above the cap 1000: 1000" in texts
     # within the caps nothing changes, and nothing is noted
-    at_cap = {"enabled": True, "historySize": 10_000, "postCompactionGuard": {"windowSize": 1000}}
+    at_cap = {"enabled": True, "historySize": 3_500, "postCompactionGuard": {"windowSize": 1000}}
     effective, notes = explain_block(at_cap)
-    assert (effective.history_size, effective.guard_window, notes) == (10_000, 1000, [])
+    assert (effective.history_size, effective.guard_window, notes) == (3_500, 1000, [])
 
 
 def test_a_live_record_above_a_cap_is_logged(caplog):
     feed = ConfigFeed(FleetConfig(), "127.0.0.1:1", "t")
     with caplog.at_level(logging.WARNING, logger="loopwarden.kafka.configfeed"):
         assert feed.apply(b"coder", b'{"enabled": true, "historySize": 1e9}')
-    assert "record 'coder': loopDetection.historySize 1000000000 is above the cap 10000: 10000" in caplog.text
-    assert feed.fleet.resolve("coder").history_size == 10_000
+    assert (
+        "record 'coder': loopDetection.historySize 1000000000 is above the cap 3500 "
+        "(a run's stored state must fit one Kafka record): 3500" in caplog.text
+    )
+    assert feed.fleet.resolve("coder").history_size == 3_500
 
 
 # ---------------------------------------------------------------- the notice when detection is off
@@ -279,3 +284,12 @@ def test_detection_off_notice_is_said_exactly_when_the_global_block_is_not_enabl
     assert detection_off_notice(FleetConfig({"enabled": False})) is not None
     some = detection_off_notice(FleetConfig({}, {"coder": {"enabled": True}, "other": {}}))
     assert some is not None and "on only for the listed agents coder" in some
+
+
+def test_a_run_at_the_history_cap_fits_one_kafka_record():
+    # a long run at the largest historySize must not outgrow the changelog record (the worker would reset it)
+    from loopwarden.bench.state import at_cap
+
+    report = at_cap()
+    assert report["fits"], report
+    assert report["stored_bytes_64_char_names"] <= report["record_limit"]
