@@ -56,7 +56,7 @@ from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.routing import CLOSED, RunEntry, VerdictCallback, VerdictStream
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
-from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
+from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState, verdict_fits
 from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
@@ -585,6 +585,9 @@ class LoopClient:
     def _on_verdict(self, record_key: bytes | None, verdict: Verdict) -> None:
         stats = self.stats
         stats.verdicts_seen += 1
+        if not verdict_fits(verdict):
+            stats.undecodable += 1  # identifiers no worker writes: megabytes each, kept by the thousand
+            return
         key = wire.verdict_key(verdict, record_key)
         entry = self._runs.get(key)
         waiter = self._waiters.get((key, verdict.tool_call_id)) if verdict.tool_call_id else None

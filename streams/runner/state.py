@@ -24,6 +24,19 @@ _RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 MAX_DECIDED = 256  # a run's recent local decisions, by call id (to recognise the worker repeating one)
 MAX_CALLS = 4096  # a run's recent call ids and tool names (verdicts name one of them, or are not this run's)
 CLOCK_SLACK = 1.0  # seconds a verdict's event may seem older than the run (a clock step back)
+MAX_FIELD = 1024  # characters of a verdict's identifiers and keys (a worker's are at most 512 and a digest)
+_FIELDS = ("verdict_id", "agent_id", "session_id", "run_id", "warning_key", "tool_name", "paired_tool_name")
+_FIELDS += ("tool_call_id", "origin")
+
+
+def verdict_fits(verdict: Verdict) -> bool:
+    """Whether every identifier of ``verdict`` is of a size a worker writes. What a runner keeps is
+    bounded by count (seen ids, warnings, pending verdicts); this bounds each one's bytes too."""
+    for name in _FIELDS:
+        value = getattr(verdict, name)
+        if value is not None and len(value) > MAX_FIELD:
+            return False
+    return True
 
 
 class Decision(msgspec.Struct, kw_only=True):
