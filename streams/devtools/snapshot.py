@@ -25,12 +25,15 @@ configs are not kept (Tansu's memory engine applies none).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
 import msgspec
 
 FILE = "records.msgpack"
+
+log = logging.getLogger(__name__)
 
 
 class Record(msgspec.Struct, array_like=True):
@@ -136,23 +139,41 @@ async def write_broker(bootstrap: str, snap: Snapshot) -> None:
                 await admin.create_topics([NewTopic(t.name, t.partitions, 1)])
     finally:
         await admin.close()
-    # one request in flight per partition keeps each partition's order, hence its offsets
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    from loopwarden.kafka.errors import is_permanent
+
+    # one request in flight per partition keeps each partition's order, hence its offsets; the broker
+    # took every record once, so the largest one (a dead letter of a 1 MiB event) must fit a request
+    largest = max((len(r.value or b"") + len(r.key or b"") for t in snap.topics for r in t.records), default=0)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_request_size=max(1 << 20, largest + 65536)
+    )
     await producer.start()
+    refused = 0
     try:
         for t in snap.topics:
-            pending = [
-                await producer.send(
-                    t.name,
-                    r.value,
-                    key=r.key,
-                    partition=r.partition,
-                    timestamp_ms=r.timestamp,
-                    headers=r.headers or None,
-                )
-                for r in t.records
-            ]
-            if pending:
-                await asyncio.gather(*pending)
+            pending = []
+            for r in t.records:
+                try:
+                    pending.append(
+                        await producer.send(
+                            t.name,
+                            r.value,
+                            key=r.key,
+                            partition=r.partition,
+                            timestamp_ms=r.timestamp,
+                            headers=r.headers or None,
+                        )
+                    )
+                except Exception as exc:
+                    if not is_permanent(exc):
+                        raise
+                    refused += 1  # refused for what it is: retrying cannot help, the others still go
+            for outcome in await asyncio.gather(*pending, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    if not is_permanent(outcome):
+                        raise outcome
+                    refused += 1
     finally:
         await producer.stop()
+    if refused:
+        log.warning("%d saved records refused by the broker and not restored", refused)

@@ -232,3 +232,15 @@ async def test_an_old_signed_abort_of_the_session_does_not_abort_a_new_run(tansu
         assert run.aborted is None and client.stats.verdicts_stale >= 2
         d = await run.check("read", {"path": "next.md"})
         assert d.action == "allow" and d.source == "local"
+
+
+async def test_up_restores_a_saved_record_over_a_mebibyte(tansu):
+    # a dead letter of a 1 MiB event is larger than a default producer request: the restore must not stop there
+    from loopwarden.devtools.snapshot import Record, Snapshot, Topic, read_broker, write_broker
+
+    topic = f"snapbig-{uuid.uuid4().hex[:8]}"
+    big = b"x" * 1_500_000
+    records = [Record(0, b"k", b"small-1", 1, []), Record(0, b"k", big, 2, []), Record(0, b"k", b"small-2", 3, [])]
+    await write_broker(tansu, Snapshot(topics=[Topic(name=topic, partitions=1, records=records)]))
+    back = {t.name: t for t in (await read_broker(tansu)).topics}[topic]
+    assert [r.value for r in back.records] == [b"small-1", big, b"small-2"]
