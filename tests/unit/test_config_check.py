@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopwarden.cli import main as cli
 from loopwarden.kafka.configfeed import ConfigFeed
-from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, overlay, resolve_block
+from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, overlay, parse_config_text, resolve_block
 from loopwarden.schemas.config_check import check_document, check_file, explain_block
 
 # Values OpenClaw might meet in a hand-written config: valid, zero, negative, fractional, huge, strings, ...
@@ -279,3 +280,41 @@ def test_detection_off_notice_is_said_exactly_when_the_global_block_is_not_enabl
     assert detection_off_notice(FleetConfig({"enabled": False})) is not None
     some = detection_off_notice(FleetConfig({}, {"coder": {"enabled": True}, "other": {}}))
     assert some is not None and "on only for the listed agents coder" in some
+
+
+def test_a_threshold_the_window_can_never_reach_is_a_warning():
+    # a count covers the window's records: at most historySize (ping-pong historySize + 1)
+    doc = {
+        "tools": {"loopDetection": {"enabled": True}},
+        "agents": {"list": [{"id": "research-bot", "tools": {"loopDetection": {"criticalThreshold": 40}}}]},
+    }
+    warnings = check_document(doc).warnings
+    assert warnings == [
+        "agent research-bot: criticalThreshold 40 can never be reached with historySize 30: "
+        "genericRepeat and knownPollNoProgress and pingPong never block; "
+        "raise historySize to at least 40 or lower criticalThreshold",
+        # raised above the critical threshold (RULES.md §1.5), so out of reach too
+        "agent research-bot: globalCircuitBreakerThreshold 41 can never be reached with historySize 30; "
+        "raise historySize to at least 41 or lower globalCircuitBreakerThreshold",
+    ]
+    # ping-pong alone still reaches historySize + 1
+    doc["agents"]["list"][0]["tools"]["loopDetection"] = {"criticalThreshold": 31}
+    assert "genericRepeat and knownPollNoProgress never block" in check_document(doc).warnings[0]
+    # within the window: silent; the global block is checked too
+    doc["agents"]["list"][0]["tools"]["loopDetection"] = {"historySize": 50, "criticalThreshold": 40}
+    assert check_document(doc).warnings == []
+    doc["tools"]["loopDetection"]["unknownToolThreshold"] = 31
+    assert check_document(doc).warnings == [
+        "tools.loopDetection: unknownToolThreshold 31 can never be reached with historySize 30; "
+        "raise historySize to at least 31 or lower unknownToolThreshold"
+    ]
+
+
+def test_the_shipped_and_readme_configs_can_block():
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    example = re.search(r"## Configuration.*?```json5\n(.*?)```", readme, re.S).group(1)
+    for text in (example, (root / "deploy/config/loopwarden.json5").read_text()):
+        assert check_document(parse_config_text(text)).warnings == []
