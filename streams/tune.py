@@ -26,6 +26,7 @@ from typing import NamedTuple
 import msgspec
 from msgspec import UNSET
 
+from loopwarden import extra_hint
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
@@ -557,7 +558,7 @@ def draw(report: Report):
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("loopwarden tune --plot needs matplotlib: pip install 'loopwarden[plot]'") from None
+        raise SystemExit(f"loopwarden tune --plot needs matplotlib: {extra_hint('plot')}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator

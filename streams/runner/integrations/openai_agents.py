@@ -1,4 +1,4 @@
-"""loopwarden for the OpenAI Agents SDK (``pip install 'loopwarden[openai-agents]'``).
+"""loopwarden for the OpenAI Agents SDK (``pip install -e '.[openai-agents]'`` in the clone).
 
 One call attaches a tool input guardrail and a tool output guardrail to
 every function tool of an agent; :meth:`LoopwardenGuardrails.run` runs the
