@@ -49,9 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def banner(
-    bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None, config: str | None = None
-) -> str:
+def banner(bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None, config: str | None = None) -> str:
     """What ``up`` prints once the worker is ready: where things are and the line for a runner (with the
     worker's config, so the runner decides per-run rules in-process, as the README recommends)."""
     config_arg = f", config={str(Path(config).resolve())!r}" if config else ""
