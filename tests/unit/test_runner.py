@@ -415,3 +415,10 @@ async def test_an_allowed_call_says_nothing_never_blocked():
     assert [v.message for v in got] in ([], [""])  # handed on (if at all) with no text
     assert "blocked" not in verdict_text(allow)
     await run.end()
+
+
+def test_a_runner_with_no_settings_finds_the_broker_of_loopwarden_up(monkeypatch):
+    from loopwarden.devtools import up
+
+    monkeypatch.delenv("LOOPWARDEN_RUNNER_BOOTSTRAP", raising=False)
+    assert ClientSettings.from_env().servers == [f"{up.HOST}:{up.BROKER_PORT}"]
