@@ -366,3 +366,9 @@ def test_a_run_at_the_history_cap_fits_one_kafka_record():
     report = at_cap()
     assert report["fits"], report
     assert report["stored_bytes_64_char_names"] <= report["record_limit"]
+
+
+def test_a_lone_surrogate_in_a_nested_key_is_shown_not_raised():
+    # found by test_property_config_loader_takes_any_json: showing the value raised UnicodeEncodeError
+    doc = {"tools": {"loopDetection": {"enabled": True, "detectors": [{"warning\ud800Threshold": 0}]}}}
+    assert check_document(doc).errors == []
