@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import time
 import uuid
 from pathlib import Path
 
@@ -140,6 +141,7 @@ async def test_repeated_verdict_ids_are_dropped(tansu, worker):
             count=10,
             message="WARNING: test",
             tool_name="read",
+            event_ts=time.time(),  # as a worker's: the time of the event it answers, during this run
         )
         producer = AIOKafkaProducer(bootstrap_servers=tansu)
         await producer.start()
