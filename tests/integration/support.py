@@ -57,6 +57,45 @@ def ready_worker(tansu: str, tmp: Path, tag: str, config: dict) -> Iterable[Work
         w.stop()
 
 
+async def ensure_topics_of(bootstrap: str, names: Names) -> None:
+    """Create a test's topics (as a worker does at start), for tests that run clients without a worker."""
+    from loopwarden.kafka.admin import ensure_topics
+    from loopwarden.worker.settings import Settings
+
+    await ensure_topics(
+        Settings(
+            broker=f"kafka://{bootstrap}",
+            events_topic=names.events,
+            control_topic=names.control,
+            config_topic=names.config,
+            dead_letter_topic=names.dead_letter,
+        )
+    )
+
+
+def quick_client(bootstrap: str, names: Names, **kw: Any) -> Any:
+    """A runner client on a test's topics that notices a dead broker fast (short timeouts, back-off)."""
+    from loopwarden.runner import LoopClient
+
+    return LoopClient(
+        bootstrap=bootstrap,
+        events_topic=names.events,
+        control_topic=names.control,
+        config_topic=names.config,
+        request_timeout_ms=1500,
+        reconnect_backoff_max=0.5,
+        close_timeout=1.0,
+        **kw,
+    )
+
+
+async def until(predicate: Any, timeout: float = 60.0) -> None:
+    """A hang guard for what the broker drives, not a latency check."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
 def run_key(event: dict) -> str:
     """The Kafka key of an event given as a dict (the one rule, :func:`loopwarden.schemas.events.key_for`)."""
     return key_for(event["agent_id"], event.get("session_id"), event.get("run_id"))

@@ -23,10 +23,9 @@ import pytest
 
 from loopwarden.devtools.broker import EmbeddedBroker, free_port
 from loopwarden.kafka.signing import Signer, generate, private_key, public_keys, raw_public
-from loopwarden.runner import LoopClient
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
 
-from .support import Names, WorkerProcess, ready_worker
+from .support import Names, WorkerProcess, ensure_topics_of, quick_client, ready_worker, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,41 +36,6 @@ EXPECTED = ["allow"] * 10 + ["warn", "allow", "block"]
 @pytest.fixture(scope="module")
 def worker(tansu, tmp_path_factory):
     yield from ready_worker(tansu, tmp_path_factory.mktemp("hardening-worker"), "hardening", CONFIG)
-
-
-async def ensure(bootstrap: str, names: Names) -> None:
-    from loopwarden.kafka.admin import ensure_topics
-    from loopwarden.worker.settings import Settings
-
-    await ensure_topics(
-        Settings(
-            broker=f"kafka://{bootstrap}",
-            events_topic=names.events,
-            control_topic=names.control,
-            config_topic=names.config,
-            dead_letter_topic=names.dead_letter,
-        )
-    )
-
-
-def client_on(bootstrap: str, names: Names, **kw) -> LoopClient:
-    return LoopClient(
-        bootstrap=bootstrap,
-        events_topic=names.events,
-        control_topic=names.control,
-        config_topic=names.config,
-        request_timeout_ms=1500,
-        reconnect_backoff_max=0.5,
-        close_timeout=1.0,
-        **kw,
-    )
-
-
-async def until(predicate, timeout: float = 60.0) -> None:
-    """A hang guard for what the broker drives, not a latency check."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
 
 
 def key_pair(topic: str) -> tuple[Signer, str]:
@@ -93,7 +57,7 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes |
 
 
 async def test_an_event_over_the_size_limit_jams_neither_the_outbox_nor_the_gate(tansu, worker: WorkerProcess, caplog):
-    client = client_on(tansu, worker.names, decisions="worker", check_timeout=10.0)
+    client = quick_client(tansu, worker.names, decisions="worker", check_timeout=10.0)
     async with client:
         run = client.run("agent-big", run_id=f"big-{uuid.uuid4().hex[:8]}")
         d = await run.check("read", {"path": "a.md"})
@@ -121,10 +85,10 @@ async def test_close_returns_when_the_broker_is_down_stopped_or_frozen(tmp_path,
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
     frozen = False
     try:
-        await ensure(broker.bootstrap, names)
+        await ensure_topics_of(broker.bootstrap, names)
         if trouble == "down_at_start":
             await broker.astop()
-        client = await client_on(broker.bootstrap, names, config=CONFIG).start()
+        client = await quick_client(broker.bootstrap, names, config=CONFIG).start()
         run = client.run("agent-c", run_id=f"c-{uuid.uuid4().hex[:8]}")
         for i in range(5):
             d = await run.check("read", {"i": i})
@@ -161,11 +125,11 @@ async def drive(run, n: int) -> list[str]:
 
 async def test_the_runner_applies_only_config_records_an_operator_signed(tansu):
     names = Names("cfgsigned")
-    await ensure(tansu, names)
+    await ensure_topics_of(tansu, names)
     signer, public = key_pair(names.config)
     off = json.dumps({"enabled": False}).encode()
     await produce(tansu, names.config, [(b"*", off, None)])  # unsigned: whoever can write the topic
-    async with client_on(tansu, names, config=CONFIG, config_keys=public) as client:
+    async with quick_client(tansu, names, config=CONFIG, config_keys=public) as client:
         assert client.stats.config_rejected == 1
         run = client.run("agent-cfg", run_id=f"cfg-{uuid.uuid4().hex[:8]}")
         assert await drive(run, len(EXPECTED)) == EXPECTED  # the file's rules hold
@@ -184,7 +148,7 @@ def signed_verdict(signer: Signer, topic: str, key: bytes, verdict: Verdict) -> 
 
 async def test_an_old_signed_abort_of_the_session_does_not_abort_a_new_run(tansu):
     names = Names("staleabort")
-    await ensure(tansu, names)
+    await ensure_topics_of(tansu, names)
     signer, public = key_pair(names.control)
     session, key = "s-replayed", b"s-replayed"  # no run_id: the run key is the session
     old = Verdict(
@@ -203,7 +167,7 @@ async def test_an_old_signed_abort_of_the_session_does_not_abort_a_new_run(tansu
     replay = signed_verdict(signer, names.control, key, old)
     await produce(tansu, names.control, [replay])  # on the topic before the runner starts listening
     got: list[Verdict] = []
-    async with client_on(tansu, names, config=CONFIG, verdict_keys=public) as client:
+    async with quick_client(tansu, names, config=CONFIG, verdict_keys=public) as client:
         run = client.run("agent-s", session_id=session, on_verdict=got.append)
         d = await run.check("read", {"path": "new.md"})
         assert d.action == "allow"

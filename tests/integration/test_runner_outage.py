@@ -19,7 +19,7 @@ import pytest
 from loopwarden.devtools.broker import EmbeddedBroker, free_port
 from loopwarden.runner import LoopClient
 
-from .support import Names, collect
+from .support import Names, collect, ensure_topics_of, quick_client, until
 
 pytestmark = pytest.mark.integration
 
@@ -27,39 +27,8 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "
 EXPECTED = ["allow"] * 10 + ["warn", "allow", "block", "block"]
 
 
-async def ensure(bootstrap: str, names: Names) -> None:
-    from loopwarden.kafka.admin import ensure_topics
-    from loopwarden.worker.settings import Settings
-
-    await ensure_topics(
-        Settings(
-            broker=f"kafka://{bootstrap}",
-            events_topic=names.events,
-            control_topic=names.control,
-            config_topic=names.config,
-            dead_letter_topic=names.dead_letter,
-        )
-    )
-
-
 def client_for(port: int, names: Names, **kw) -> LoopClient:
-    return LoopClient(
-        bootstrap=f"127.0.0.1:{port}",
-        events_topic=names.events,
-        control_topic=names.control,
-        config_topic=names.config,
-        request_timeout_ms=1500,
-        reconnect_backoff_max=0.5,
-        close_timeout=1.0,
-        **kw,
-    )
-
-
-async def until(predicate, timeout: float = 60.0) -> None:
-    """A hang guard for what the broker drives, not a latency check."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
+    return quick_client(f"127.0.0.1:{port}", names, **kw)
 
 
 async def drive(run, n: int) -> list[str]:
@@ -86,7 +55,7 @@ async def test_broker_down_at_start_then_up(tmp_path, caplog):
             assert buffered > 14
             broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
             try:
-                await ensure(broker.bootstrap, names)
+                await ensure_topics_of(broker.bootstrap, names)
                 await until(lambda: client.connected and client.buffered == 0)
                 assert client.stats.events_sent == buffered and client.stats.events_dropped == 0
                 await until(lambda: client.listening)
@@ -113,7 +82,7 @@ async def test_broker_killed_mid_run_no_call_waits(tmp_path, caplog):
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu.log").start()
     with caplog.at_level(logging.WARNING):
         try:
-            await ensure(broker.bootstrap, names)
+            await ensure_topics_of(broker.bootstrap, names)
             async with client_for(port, names, config=CONFIG) as client:
                 assert client.connected and client.listening
                 run = client.run("agent-k", run_id=f"r-{uuid.uuid4().hex[:8]}")
@@ -132,7 +101,7 @@ async def test_broker_killed_mid_run_no_call_waits(tmp_path, caplog):
                 await asyncio.sleep(3)  # an outage of some seconds: aiokafka retries ~10 times a second
                 # the broker comes back (empty: memory storage): the client reconnects and delivers the rest
                 broker = EmbeddedBroker(port=port, log_path=tmp_path / "tansu2.log").start()
-                await ensure(broker.bootstrap, names)
+                await ensure_topics_of(broker.bootstrap, names)
                 await until(lambda: client.connected and client.buffered == 0)
         finally:
             broker.stop()
@@ -145,7 +114,7 @@ async def test_local_decisions_follow_the_config_topic_from_start_and_live(tansu
     from .support import produce
 
     names = Names("cfglocal")
-    await ensure(tansu, names)
+    await ensure_topics_of(tansu, names)
     block = {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}
     await produce(tansu, names.config, [(b"*", json.dumps(block).encode())])
     # no config file: the topic alone (read in full before start() returns) decides
