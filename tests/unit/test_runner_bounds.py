@@ -9,7 +9,7 @@ import time
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
-from loopwarden.runner import LoopClient
+from loopwarden.runner import ClientSettings, LoopClient
 from loopwarden.runner.outbox import Outbox
 from loopwarden.runner.state import RunState
 from loopwarden.schemas.verdicts import Verdict
@@ -124,6 +124,9 @@ def test_an_unknown_keyword_is_an_error_naming_it():
     with pytest.raises(TypeError, match="config_key"):
         LoopClient(config_key="AAAA")  # a misspelt config_keys must not silently turn signatures off
     assert LoopClient(config_keys="AAAA", max_buffered_bytes=1 << 20).settings.config_keys == "AAAA"
+    env = {"LOOPWARDEN_RUNNER_CONFIG_KEYS": "BBBB", "LOOPWARDEN_RUNNER_MAX_BUFFERED_BYTES": "1024"}
+    s = ClientSettings.from_env(env)
+    assert (s.config_keys, s.max_buffered_bytes) == ("BBBB", 1024)
 
 
 def make(vid: str, **kw) -> Verdict:
