@@ -19,6 +19,7 @@ COMMANDS = (
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
+    ("mcp", "loopwarden.mcpgate.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
     ("up", "loopwarden.devtools.up"),
@@ -37,6 +38,9 @@ EXTRA_OF_MODULE = {
     "matplotlib": "plot",
     "opentelemetry": "otel",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
 }
 
 

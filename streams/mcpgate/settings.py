@@ -1,0 +1,44 @@
+"""The proxy's own settings (the runner client's are ``ClientSettings``, read as usual).
+
+Bounds, and why:
+
+- ``max_payload_bytes`` (65,536, as ``loopwarden spans``): a call's arguments and
+  its result are published, and hashed by the rules, as they are up to this
+  size and as a digest beyond it; the same large payload gives the same
+  digest, so a loop of large identical calls still repeats;
+- ``max_pending`` (1,024): calls in flight through the proxy that are gated;
+  beyond it a call goes straight to the server, ungated and counted, rather
+  than queueing behind loopwarden;
+- ``max_runs`` (4,096): runs (MCP sessions) whose handles the proxy keeps; the
+  least recently used is forgotten (the client's own ``max_local_runs`` bounds
+  the decision state).
+
+Every field is also ``LOOPWARDEN_MCP_<FIELD>``; flags win.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from loopwarden.kafka.connection import settings_from_env
+
+ENV_PREFIX = "LOOPWARDEN_MCP_"
+
+
+class GateSettings(msgspec.Struct, kw_only=True):
+    agent_id: str | None = None  # None: the client's name from initialize (clientInfo.name)
+    default_agent: str = "mcp"  # when the client names itself nowhere
+    max_payload_bytes: int = 65_536
+    max_pending: int = 1024
+    max_runs: int = 4096
+
+    def check(self) -> GateSettings:
+        if min(self.max_payload_bytes, self.max_pending, self.max_runs) < 1:
+            raise ValueError("max_payload_bytes, max_pending and max_runs must be at least 1")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None, **overrides: Any) -> GateSettings:
+        return settings_from_env(cls, ENV_PREFIX, environ, overrides)
