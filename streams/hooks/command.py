@@ -16,14 +16,15 @@ import json
 import os
 import sys
 
-from loopwarden.hooks.hosts import HOSTS, POST, PRE, PROMPT, STOP, COMPACT, HookEvent, Host
+from loopwarden.hooks.hosts import COMPACT, HOSTS, POST, PRE, PROMPT, STOP, HookEvent, Host
 from loopwarden.hooks.service import Service, read_token
 
 MAX_INPUT = 4 << 20  # bytes of hook JSON read at most
 MAX_MESSAGE = 4000  # characters of verdict text handed to a model
 MAX_RESULT = 64 << 10  # bytes of a tool's result sent as is; larger ones are sent as a digest
 DENIED_REASON = "tool-loop"  # the runner's veto marker (a block's result acks it as applied)
-USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id ID] [--url URL] [--token-file FILE] [--timeout S]
+USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id ID] [--url URL]
+                       [--token-file FILE] [--timeout S]
        loopwarden hook install {claude-code,codex,gemini,cursor} [--print] [--dir DIR] [--http] [...]
 
 Answers one hook of a coding agent from the local decision service (`loopwarden sidecar`).
