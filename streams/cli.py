@@ -8,9 +8,12 @@ install (no worker extra) still has a working ``loopwarden replay``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 COMMANDS = (
     ("replay", "loopwarden.replay"),
@@ -24,6 +27,7 @@ COMMANDS = (
     ("dev", "loopwarden.devtools.dev"),
     ("up", "loopwarden.devtools.up"),
     ("bench", "loopwarden.bench.command"),
+    ("hook", "loopwarden.hooks.command"),
 )
 
 
@@ -50,6 +54,8 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="loopwarden",
         description="Fleet-wide tool-call loop detection for AI agents (OpenClaw tools.loopDetection).",
@@ -61,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hook"]:  # the coding agents' hot path: no argparse, no other command's module
+        from loopwarden.hooks.command import main as hook_main
+
+        return hook_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
