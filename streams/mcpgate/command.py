@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from loopwarden.runner.client import LoopClient
 
     # stdout is the MCP wire: the proxy's own log goes to stderr only
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     command = args.server[1:] if args.server[:1] == ["--"] else args.server
     if bool(command) == bool(args.url):
         print("loopwarden mcp: give the server's command after '--' or its --url (one of them)", file=sys.stderr)

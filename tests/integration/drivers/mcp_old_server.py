@@ -23,7 +23,11 @@ def answer(request: dict) -> dict | None:
     if rid is None:
         return None  # a notification
     if method == "initialize":
-        result = {"protocolVersion": VERSION, "capabilities": {"tools": {}}, "serverInfo": {"name": "old", "version": "0.1"}}
+        result = {
+            "protocolVersion": VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "old", "version": "0.1"},
+        }
     elif method == "tools/list":
         result = {"tools": [ECHO]}
     elif method == "tools/call":

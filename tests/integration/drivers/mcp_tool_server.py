@@ -21,7 +21,11 @@ TOOLS = [
         description="Echo the text back.",
         input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     ),
-    types.Tool(name="poll", description="Poll a job.", input_schema={"type": "object", "properties": {"job": {"type": "string"}}}),
+    types.Tool(
+        name="poll",
+        description="Poll a job.",
+        input_schema={"type": "object", "properties": {"job": {"type": "string"}}},
+    ),
     types.Tool(name="fail", description="Always a tool error.", input_schema={"type": "object"}),
     types.Tool(name="boom", description="Always a protocol error.", input_schema={"type": "object"}),
     types.Tool(name="count", description="Calls this server ran.", input_schema={"type": "object"}),
@@ -55,7 +59,9 @@ async def list_resources(ctx, params) -> types.ListResourcesResult:
 
 
 async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, text="a note", mime_type="text/plain")])
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=params.uri, text="a note", mime_type="text/plain")]
+    )
 
 
 async def list_prompts(ctx, params) -> types.ListPromptsResult:
