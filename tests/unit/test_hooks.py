@@ -80,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def service(monkeypatch: pytest.MonkeyPatch):
     server = Recorder()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     monkeypatch.setenv("LOOPWARDEN_SIDECAR_URL", server.url)
     monkeypatch.delenv("LOOPWARDEN_AGENT_ID", raising=False)
