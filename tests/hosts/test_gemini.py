@@ -18,19 +18,6 @@ from tests.hosts.harness import GeminiCli
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def model():
-    with FakeModelServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory):
-    sidecar = scenarios.Sidecar(tmp_path_factory.mktemp("sidecar") / "sidecar.log")
-    yield sidecar
-    sidecar.stop()
-
-
 def _host(root: Path, model: FakeModelServer, url: str) -> GeminiCli:
     host = GeminiCli(root, model.url)
     scenarios.install_hooks(host, url)
