@@ -358,3 +358,12 @@ def test_install_snippets_per_host(capsys: pytest.CaptureFixture[str]) -> None:
     }
     assert install.main(["codex", "--print"]) == 0
     assert json.loads(capsys.readouterr().out)["hooks"]["PreToolUse"][0]["matcher"] == "*"
+
+
+def test_gemini_shell_results_drop_the_process_group_line_so_a_repeated_failure_is_identical(service: Recorder) -> None:
+    post = {"session_id": "s-g", "hook_event_name": "AfterTool", "tool_name": "run_shell_command", "tool_input": {}}
+    for pgid in (7063, 7069):
+        output = f"<untrusted_context>\nOutput: boom\nProcess Group PGID: {pgid}\n</untrusted_context>"
+        hook("gemini", post | {"tool_response": {"llmContent": output, "returnDisplay": "boom"}})
+    first, second = (b["result"] for _, b, _ in service.seen)
+    assert first == second == "<untrusted_context>\nOutput: boom\n</untrusted_context>"
