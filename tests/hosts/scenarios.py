@@ -124,19 +124,19 @@ def looping_session_is_warned_at_10_and_blocked_at_20(host: Host, model: FakeMod
     assert not any(WARNING.search(t) or CRITICAL.search(t) for t in results[:10])
 
 
-def healthy_session_is_never_touched(host: Host, model: FakeModelServer, calls: int = 25) -> None:
+def healthy_session_is_never_touched(host: Host, model: FakeModelServer, calls: int = 12) -> None:
     model.fake.clear()
     tool, args = host.shell("echo step {n} >> ran.txt")
     key = next(iter(args))
     model.fake.set(host.protocol, progress(tool, key, "echo step {n} >> ran.txt"), calls)
-    run_ok(host, "count to 25")
+    run_ok(host, "count")
     results, whole = model_saw(model, host)
     assert len(results) == calls and ran(host) == calls
     assert not WARNING.search(whole) and not CRITICAL.search(whole)
 
 
-def sessions_never_pool(make_host, model: FakeModelServer, calls: int = 12) -> None:
-    """Two sessions of 12 identical calls each: each is warned once (at 10), neither blocked (24 would be)."""
+def sessions_never_pool(make_host, model: FakeModelServer, calls: int = 11) -> None:
+    """Two sessions of 11 identical calls each: each is warned once (at 10), neither blocked (22 would be)."""
     model.fake.clear()
     first, second = make_host("a"), make_host("b")
     model.fake.set(first.protocol, repeat(*first.shell(LOOP_COMMAND)), calls)
@@ -148,8 +148,8 @@ def sessions_never_pool(make_host, model: FakeModelServer, calls: int = 12) -> N
         assert [int(m.group(1)) for m in WARNING.finditer(whole)][:1] == [10]
 
 
-def prompts_never_pool(host: Host, model: FakeModelServer, calls: int = 12, **resume_kw: Any) -> None:
-    """Two prompts of one session, 12 identical calls each: the second prompt starts a new run."""
+def prompts_never_pool(host: Host, model: FakeModelServer, calls: int = 11, **resume_kw: Any) -> None:
+    """Two prompts of one session, 11 identical calls each: the second prompt starts a new run."""
     model.fake.clear()
     model.fake.set(host.protocol, repeat(*host.shell(LOOP_COMMAND)), calls)
     proc = run_ok(host, "append to ran.txt")
@@ -160,11 +160,11 @@ def prompts_never_pool(host: Host, model: FakeModelServer, calls: int = 12, **re
     )  # the script counts the session's results
     run_ok(host, "once more", resume=session, **resume_kw)
     results, whole = model_saw(model, host)
-    assert len(results) == 2 * calls and ran(host) == 2 * calls  # nothing refused: 24 in one run would be
+    assert len(results) == 2 * calls and ran(host) == 2 * calls  # nothing refused: 22 in one run would be
     assert not any(CRITICAL.search(t) for t in results)
 
 
-def service_down_the_agent_runs_unharmed(host: Host, model: FakeModelServer, calls: int = 22) -> None:
+def service_down_the_agent_runs_unharmed(host: Host, model: FakeModelServer, calls: int = 12) -> None:
     model.fake.clear()
     model.fake.set(host.protocol, repeat(*host.shell(LOOP_COMMAND)), calls)
     proc = run_ok(host, "append to ran.txt")
