@@ -25,6 +25,7 @@ COMMANDS = (
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
     ("mcp", "loopwarden.mcpgate.command"),
+    ("sidecar", "loopwarden.sidecar.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
     ("up", "loopwarden.devtools.up"),
@@ -43,6 +44,7 @@ EXTRA_OF_MODULE = {
     "rich": "devtools",
     "matplotlib": "plot",
     "opentelemetry": "otel",
+    "aiohttp": "sidecar",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
     "mcp": "mcp",
     "mcp_types": "mcp",

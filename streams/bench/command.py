@@ -26,6 +26,7 @@ TARGETS = {
     "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
     "state": ("loopwarden.bench.state", "a run's stored value: bytes, decoded memory, encode/decode µs per run"),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
+    "hook": ("loopwarden.bench.hook", "one `loopwarden hook` run as a coding agent starts it, service up and down"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, mcp, config, screening, signing, "
-        "state, soak, all)",
+        "state, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

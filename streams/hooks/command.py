@@ -22,7 +22,6 @@ from loopwarden.hooks.service import Service, read_token
 MAX_INPUT = 4 << 20  # bytes of hook JSON read at most
 MAX_MESSAGE = 4000  # characters of verdict text handed to a model
 MAX_RESULT = 64 << 10  # bytes of a tool's result sent as is; larger ones are sent as a digest
-DENIED_REASON = "tool-loop"  # the runner's veto marker (a block's result acks it as applied)
 USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id ID] [--url URL]
                        [--token-file FILE] [--timeout S]
        loopwarden hook install {claude-code,codex,gemini,cursor} [--print] [--dir DIR] [--http] [...]
@@ -82,14 +81,6 @@ def _bounded(value: object) -> object:
     return {"sha256": hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest(), "chars": len(raw)}
 
 
-def blocked_result(message: str) -> dict:
-    """The veto as the call's result (the runner's form), so the service acks the block as applied."""
-    return {
-        "content": [{"type": "text", "text": message}],
-        "details": {"status": "blocked", "deniedReason": DENIED_REASON, "reason": message},
-    }
-
-
 class Hook:
     """One invocation: the event, the service, and the answer for the host (None: print nothing)."""
 
@@ -142,10 +133,8 @@ class Hook:
         if action in ("block", "abort"):
             message = _message(d, "Tool call blocked by loop detection.")
             out = self.host.abort(ev, message) if action == "abort" else self.host.deny(ev, message)
-            # the call will not run: its result is the veto, which acks the block/abort
-            self.ask(
-                "/v1/result", call | {"run_id": run_id, "tool_call_id": call_id, "result": blocked_result(message)}
-            )
+            # the call will not run and the model reads the veto: the service acks the block/abort as applied
+            self.ask("/v1/result", call | {"run_id": run_id, "tool_call_id": call_id, "blocked": True})
             return out
         return None
 
@@ -157,12 +146,12 @@ class Hook:
         else:
             body["result"] = _bounded(ev.result)
         answer = self.ask("/v1/result", body)
-        check = answer.get("check") if answer else None
-        if self.host.warns_before or not isinstance(check, dict) or check.get("action") != "warn":
+        warning = answer.get("warning") if answer else None
+        if self.host.warns_before or not isinstance(warning, dict):
             return None
-        out = self.host.context(ev, _message(check, "Tool-loop warning."))
+        out = self.host.context(ev, _message(warning, "Tool-loop warning."))
         if out is not None:
-            self.ack(ev, check.get("run_id") or ev.run_id, check)
+            self.ack(ev, warning.get("run_id") or ev.run_id, warning)
         return out
 
     def ack(self, ev: HookEvent, run_id: str | None, decision: dict) -> None:

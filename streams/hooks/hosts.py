@@ -10,6 +10,7 @@ tests run (HOOKS.md and one page per host say which); Cursor's are from its docu
 from __future__ import annotations
 
 import json
+import re
 
 PROMPT, PRE, POST, STOP, COMPACT, OTHER = "prompt", "pre", "post", "stop", "compact", "other"
 
@@ -115,6 +116,9 @@ class Codex(ClaudeCode):
         return {"continue": False, "stopReason": message}
 
 
+_VOLATILE_SHELL_LINES = re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.MULTILINE)
+
+
 class Gemini(Host):
     """Gemini CLI: no run and no call id in its hook input. ``BeforeAgent`` starts a run
     (the service names it), and a result is paired with its check by tool and params.
@@ -136,8 +140,13 @@ class Gemini(Host):
         error = response.get("error") if isinstance(response, dict) else None
         if error:
             ev.error = error
-        else:
-            ev.result = response.get("llmContent") if isinstance(response, dict) else response
+            return
+        result = response.get("llmContent") if isinstance(response, dict) else response
+        if ev.tool_name == "run_shell_command" and isinstance(result, str):
+            # the shell tool names the process group it ran in: every run differs, so a command
+            # that keeps failing the same way would never have "identical outcomes"
+            result = _VOLATILE_SHELL_LINES.sub("", result)
+        ev.result = result
 
     def deny(self, ev: HookEvent, message: str) -> dict | None:
         return {"decision": "deny", "reason": message}

@@ -86,11 +86,16 @@ def anthropic_tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def gemini_tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
+    """Distinct by id: a resumed Gemini CLI session sends each earlier function response twice."""
+    out, seen = [], set()
     for content in body.get("contents") or []:
         for part in content.get("parts") or []:
             if isinstance(part, dict) and "functionResponse" in part:
-                out.append(part["functionResponse"])
+                response = part["functionResponse"]
+                key = response.get("id") or len(out)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(response)
     return out
 
 

@@ -29,7 +29,7 @@ class Recorder(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.seen: list[tuple[str, dict, dict]] = []  # (path, body, headers)
         self.action = "allow"
-        self.check: dict | None = None  # what /v1/result reports about the call's check
+        self.warning: dict | None = None  # what /v1/result hands back: the call's check warned
 
     @property
     def url(self) -> str:
@@ -64,7 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "tool_call_id": body.get("tool_call_id") or "call-made-by-service",
             }
         elif self.path == "/v1/result":
-            out = {"ok": True, "check": self.server.check}
+            out = {"ok": True, "paired": True, "warning": self.server.warning}
         elif self.path == "/v1/run_start":
             out = {"run_id": body.get("run_id") or "r-new"}
         else:
@@ -80,7 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def service(monkeypatch: pytest.MonkeyPatch):
     server = Recorder()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     monkeypatch.setenv("LOOPWARDEN_SIDECAR_URL", server.url)
     monkeypatch.delenv("LOOPWARDEN_AGENT_ID", raising=False)
@@ -126,11 +126,7 @@ def test_claude_code_block_denies_with_the_verdict_text_and_acks_through_the_vet
     }
     assert service.paths() == ["/v1/check", "/v1/result"]
     assert result["tool_call_id"] == "toolu_1" and result["run_id"] == "p-1"
-    assert result["result"]["details"] == {
-        "status": "blocked",
-        "deniedReason": "tool-loop",
-        "reason": "BLOCK: stop repeating Bash",
-    }
+    assert result["blocked"] is True and "result" not in result
 
 
 def test_claude_code_warn_is_context_for_the_model_and_acked(service: Recorder) -> None:
@@ -215,7 +211,7 @@ def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorde
     assert hook("gemini", pre) == (None, "")  # BeforeTool cannot add context
     check = service.seen[0][1]
     assert check["run_id"] is None and check["tool_call_id"] is None
-    service.check = {"action": "warn", "message": "WARN: 10 identical calls", "verdict_id": "v-9", "run_id": "r-g"}
+    service.warning = {"message": "WARN: 10 identical calls", "verdict_id": "v-9", "run_id": "r-g"}
     post = pre | {"hook_event_name": "AfterTool", "tool_response": {"llmContent": "a b", "returnDisplay": "a b"}}
     out, _ = hook("gemini", post)
     assert out == {
@@ -262,7 +258,7 @@ def test_cursor_documented_contract(service: Recorder) -> None:
     hook("cursor", mcp)
     assert service.seen[-1][1]["params"] == {"q": "x"}
     assert hook("cursor", base | {"hook_event_name": "beforeSubmitPrompt", "prompt": "go"})[0] == {"continue": True}
-    service.check = {"action": "warn", "message": "WARN: loop", "verdict_id": "v-2"}
+    service.warning = {"message": "WARN: loop", "verdict_id": "v-2", "run_id": "gen-1"}
     post = base | {"hook_event_name": "postToolUse", "tool_name": "search", "tool_input": {}, "tool_output": "r"}
     assert hook("cursor", post)[0] == {"additional_context": "WARN: loop"}
 
@@ -362,3 +358,12 @@ def test_install_snippets_per_host(capsys: pytest.CaptureFixture[str]) -> None:
     }
     assert install.main(["codex", "--print"]) == 0
     assert json.loads(capsys.readouterr().out)["hooks"]["PreToolUse"][0]["matcher"] == "*"
+
+
+def test_gemini_shell_results_drop_the_process_group_line_so_a_repeated_failure_is_identical(service: Recorder) -> None:
+    post = {"session_id": "s-g", "hook_event_name": "AfterTool", "tool_name": "run_shell_command", "tool_input": {}}
+    for pgid in (7063, 7069):
+        output = f"<untrusted_context>\nOutput: boom\nProcess Group PGID: {pgid}\n</untrusted_context>"
+        hook("gemini", post | {"tool_response": {"llmContent": output, "returnDisplay": "boom"}})
+    first, second = (b["result"] for _, b, _ in service.seen)
+    assert first == second == "<untrusted_context>\nOutput: boom\n</untrusted_context>"
