@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import signal
 import sys
 
 
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             options["bootstrap"] = args.bootstrap
         async with LoopClient(**options) as client:
             gate = ToolGate(client, settings)
+            stop_on_signals(gate, client)
             upstream = upstream_client(command, args.url)
             if args.http:
                 await serve_http(upstream, gate, host, port, args.path)
@@ -74,3 +77,35 @@ def run(args: argparse.Namespace) -> int:
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "127.0.0.1", int(port)
+
+
+STOP_SECONDS = 2.0  # what a signalled proxy spends ending its runs and flushing events before it exits
+
+
+def stop_on_signals(gate, client) -> None:
+    """SIGINT/SIGTERM (how hosts stop their servers): end the runs, flush the events (bounded), exit.
+
+    The SDK reads stdin in a thread that a cancellation cannot interrupt, so the proxy exits by
+    itself once its own work is done; the wrapped server sees its stdin close and exits too.
+    """
+    loop = asyncio.get_running_loop()
+    stopping: list[bool] = []
+
+    async def shutdown() -> None:
+        try:
+            async with asyncio.timeout(STOP_SECONDS):
+                await gate.close()
+                await client.close()
+        except BaseException:  # noqa: BLE001 - exiting either way
+            pass
+        finally:
+            logging.shutdown()
+            os._exit(0)
+
+    def stop() -> None:
+        if not stopping:
+            stopping.append(True)
+            loop.create_task(shutdown())
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)

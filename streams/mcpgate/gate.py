@@ -145,6 +145,7 @@ class ToolGate:
             await self.gate.end_all()
         except Exception:  # noqa: BLE001
             self._fail_open()
+        log.info("runs ended; %s", self.stats)
 
 
 def refusal(decision: Decision) -> types.CallToolResult:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pyjson5
 import pytest
@@ -53,3 +56,37 @@ async def test_the_proxys_events_reach_the_worker_which_agrees(tansu, worker):
     assert events[-1]["type"] == "run_end"  # the host went away: the run is over
     control = await asyncio.to_thread(collect, tansu, names.control, lambda r: True, 1.0, 5.0)
     assert control == []  # the worker agreed with every decision: no correction
+
+
+def rpc(proc: subprocess.Popen, message: dict) -> dict | None:
+    proc.stdin.write(json.dumps(message) + "\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline()) if "id" in message else None
+
+
+async def test_a_proxy_stopped_by_a_signal_ends_its_run(tansu, worker):
+    """Hosts stop their MCP servers with SIGINT/SIGTERM: the run still ends on the broker."""
+    names = worker.names
+    env = {**os.environ, "LOOPWARDEN_RUNNER_EVENTS_TOPIC": names.events}
+    argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", tansu]
+    proc = subprocess.Popen(
+        [*argv, "--", *TOOL_SERVER], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        hello = {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "signalled", "version": "1"},
+        }
+        assert "result" in rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"name": "echo", "arguments": {"text": "once"}}
+        assert rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})["result"]["content"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    records = await asyncio.to_thread(collect, tansu, names.events, lambda r: True, 1.0, 10.0)
+    mine = [json.loads(r.value) for r in records if json.loads(r.value)["agent_id"] == "signalled"]
+    assert [e["type"] for e in mine] == ["tool_call", "tool_result", "run_end"]
