@@ -26,6 +26,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 METRIC = 'loopwarden_runner_decisions_total{agent="other",agreement="same"}'
 
 
+def topics(names) -> dict[str, str]:
+    """The proxy's environment: the runner client on this worker's topics."""
+    env = {**os.environ, "LOOPWARDEN_RUNNER_EVENTS_TOPIC": names.events}
+    return env | {"LOOPWARDEN_RUNNER_CONTROL_TOPIC": names.control, "LOOPWARDEN_RUNNER_CONFIG_TOPIC": names.config}
+
+
 @pytest.fixture(scope="module")
 def worker(tansu, tmp_path_factory):
     yield from ready_worker(tansu, tmp_path_factory.mktemp("mcp-worker"), "mcp", pyjson5.loads(CONFIG.read_text()))
@@ -33,8 +39,7 @@ def worker(tansu, tmp_path_factory):
 
 async def test_the_proxys_events_reach_the_worker_which_agrees(tansu, worker):
     names = worker.names
-    env = {**os.environ, "LOOPWARDEN_RUNNER_EVENTS_TOPIC": names.events}
-    env |= {"LOOPWARDEN_RUNNER_CONTROL_TOPIC": names.control, "LOOPWARDEN_RUNNER_CONFIG_TOPIC": names.config}
+    env = topics(names)
     async with client(proxy(TOOL_SERVER, bootstrap=tansu, env=env), name="live-host") as c:
         results = [await c.call_tool("echo", {"text": "same"}) for _ in range(22)]
     assert [r.is_error for r in results] == [False] * 20 + [True] * 2
@@ -66,8 +71,7 @@ def rpc(proc: subprocess.Popen, message: dict) -> dict | None:
 
 async def test_a_proxy_stopped_by_a_signal_ends_its_run(tansu, worker):
     """Hosts stop their MCP servers with SIGINT/SIGTERM: the run still ends on the broker."""
-    names = worker.names
-    env = {**os.environ, "LOOPWARDEN_RUNNER_EVENTS_TOPIC": names.events}
+    env = topics(worker.names)
     argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", tansu]
     proc = subprocess.Popen(
         [*argv, "--", *TOOL_SERVER], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -87,6 +91,6 @@ async def test_a_proxy_stopped_by_a_signal_ends_its_run(tansu, worker):
     finally:
         if proc.poll() is None:
             proc.kill()
-    records = await asyncio.to_thread(collect, tansu, names.events, lambda r: True, 1.0, 10.0)
+    records = await asyncio.to_thread(collect, tansu, worker.names.events, lambda r: True, 1.0, 10.0)
     mine = [json.loads(r.value) for r in records if json.loads(r.value)["agent_id"] == "signalled"]
     assert [e["type"] for e in mine] == ["tool_call", "tool_result", "run_end"]
