@@ -110,3 +110,14 @@ def test_payloads_beyond_the_bound_are_a_digest_and_ids_are_bounded():
     ref = g.ref("h" * 1000, "s" * 1000)
     assert len(ref.agent_id) == 256 and len(ref.session_id) == 256
     assert g.ref(None, "s").agent_id == "mcp" and gate(agent_id="bot").ref("host", "s").agent_id == "bot"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["mcp"], ["mcp", "--url", "http://127.0.0.1:1/mcp", "--", "server"], ["mcp", "--max-runs", "0", "--", "server"]],
+)
+def test_the_command_refuses_what_it_cannot_serve(argv, capsys):
+    from loopwarden.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("loopwarden mcp: ")
