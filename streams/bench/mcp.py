@@ -6,7 +6,9 @@ tool) two ways, alternating call by call: directly over stdio, and through ``loo
 (warn 10, block 20) and publishing its events to an embedded broker (``--no-broker``:
 none, events wait in the outbox). Calls are healthy (distinct arguments: every decision
 is ``allow``), one at a time. Reported: p50/p99 of each path and of the time added per
-call (proxied minus the direct call next to it), in milliseconds, and the calls counted.
+call (proxied minus the direct call next to it), in milliseconds, and the calls counted;
+then ``gate``: loopwarden's own part of that, the proxy's gate (decide, publish, annotate)
+timed in-process around a tool that returns at once, in microseconds.
 """
 
 from __future__ import annotations
@@ -67,19 +69,43 @@ async def measure(calls: int, bootstrap: str, config: Path, warmup: int = 50) ->
     }
 
 
+async def gate_only(calls: int) -> dict[str, float]:
+    """The proxy's gate in-process (no broker: events are queued and counted), around an instant tool."""
+    import mcp.types as types
+
+    from loopwarden.mcpgate.gate import ToolGate
+    from loopwarden.runner import LoopClient
+
+    gate = ToolGate(LoopClient(config=CONFIG, bootstrap="127.0.0.1:1"))
+    result = types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+
+    async def tool() -> types.CallToolResult:
+        return result
+
+    ref = gate.ref("bench", "s")
+    samples = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        await gate.call(ref, "echo", {"text": f"call {i}"}, tool)
+        samples.append(time.perf_counter() - t0)
+    ordered = sorted(samples)
+    return {"p50_us": round(percentile(ordered, 0.5) * 1e6, 1), "p99_us": round(percentile(ordered, 0.99) * 1e6, 1)}
+
+
 async def bench_mcp(calls: int, broker: bool) -> dict[str, Any]:
+    gate = await gate_only(calls)
     with tempfile.TemporaryDirectory(prefix="lw-bench-mcp-") as tmp:
         config = Path(tmp) / "loop.json"
         config.write_text(json.dumps(CONFIG))
         if not broker:
-            return {"broker": None, **await measure(calls, "127.0.0.1:1", config)}
+            return {"broker": None, **await measure(calls, "127.0.0.1:1", config), "gate": gate}
         from loopwarden.devtools.broker import EmbeddedBroker
         from loopwarden.kafka.admin import ensure_topics
         from loopwarden.worker.settings import settings_from_flags
 
         with EmbeddedBroker() as embedded:
             await ensure_topics(settings_from_flags(embedded.url, []))
-            return {"broker": "embedded", **await measure(calls, embedded.bootstrap, config)}
+            return {"broker": "embedded", **await measure(calls, embedded.bootstrap, config), "gate": gate}
 
 
 def add_arguments(p) -> None:
