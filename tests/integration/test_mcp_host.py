@@ -21,7 +21,7 @@ from .test_mcp_proxy import CONFIG, NO_BROKER, TOOL_SERVER
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOOL = "mcp__tools__echo"  # Claude Code names an MCP tool mcp__<server>__<tool>
-CALLS = 26
+CALLS = 40
 
 
 def result_text(result: dict) -> str:
@@ -49,7 +49,7 @@ def test_claude_code_looping_on_a_proxied_mcp_tool_is_blocked_at_20_and_sees_why
         assert bodies, f"the model never got {CALLS} results: {proc.stdout[-2000:]}"
         results = anthropic_tool_results(bodies[-1])[1:]
     # on a loaded machine Claude Code may not list the tool yet when the wait returns: such calls are refused
-    # by Claude Code itself and never reach the proxy (a few at most; the loop goes on long enough)
+    # by Claude Code itself and never reach the proxy (a few; the loop goes on long enough)
     results = [r for r in results if "No such tool available" not in result_text(r)]
     assert len(results) >= 21, [result_text(r) for r in results]
     texts = [result_text(r) for r in results]
