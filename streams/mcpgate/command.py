@@ -22,7 +22,7 @@ def register(sub) -> None:
         "LOOPWARDEN_MCP_<NAME> variables, the client's LOOPWARDEN_RUNNER_<NAME>.",
     )
     p.add_argument("--config", help="the fleet's loop-detection config (JSON/JSON5), as the workers read it")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default LOOPWARDEN_RUNNER_BOOTSTRAP, 127.0.0.1:9092)")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default LOOPWARDEN_RUNNER_BOOTSTRAP, 127.0.0.1:19092)")
     p.add_argument("--url", help="the wrapped server's streamable-HTTP endpoint (instead of a command)")
     p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP here instead of stdio")
