@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import mcp.types as types
 import msgspec
@@ -47,6 +48,7 @@ async def test_after_an_abort_every_call_of_the_run_is_refused_with_its_text():
     ref = g.ref("host", "s-1")
     assert not (await g.call(ref, "read", {"p": 1}, server)).is_error
     abort = Verdict(verdict_id="w:0:1:0", action="abort", agent_id="host", session_id="s-1", level="critical")
+    abort.event_ts = time.time()  # as a worker's: the time of the event it answers, during this run
     abort = msgspec.structs.replace(abort, detector="compaction_loop_persisted", tool_name="read", count=3)
     g.client._on_verdict(ref.key.encode(), abort)
     for args in ({"p": 2}, {"p": 3}):
