@@ -185,7 +185,7 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
     info = LATEST_HASHER.call_info(tool, raw)
     sig = info.sig
-    target = mutation_target(info.path, event.cwd)
+    target = mutation_target(info.path, event.cwd) if ext.write_churn else None  # the release has no write churn
     h = state.history
     x = latest.extras(state)
     detections = NO_DETECTIONS
@@ -233,7 +233,7 @@ def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, e
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
     h = state.history
-    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path))
+    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path) if ext.write_churn else None)
     u = state.usage
     if u is not None:
         cost.align(u, h, appended)

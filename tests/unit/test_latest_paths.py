@@ -22,7 +22,7 @@ from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from tests.unit.helpers import Rec
 
-PROFILE = {"profile": "openclaw-latest"}
+PROFILE = {"profile": "openclaw-latest", "writeChurn": True}  # every path, upstream's write churn included
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 
@@ -310,7 +310,7 @@ def test_a_state_stored_before_the_profile_decodes_and_the_profile_takes_it_up()
 
 
 def test_switching_the_profile_off_drops_its_columns_and_on_again_starts_them_blank():
-    on = Extensions(profile="openclaw-latest")
+    on = Extensions(profile="openclaw-latest", write_churn=True)
     small = FleetConfig({"enabled": True, "historySize": 40}).resolve("a")
     state = None
     for i in range(45):
