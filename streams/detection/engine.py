@@ -233,7 +233,8 @@ def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, e
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
     h = state.history
-    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path) if ext.write_churn else None)
+    target = mutation_target(info.path) if ext.write_churn else None
+    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, target)
     u = state.usage
     if u is not None:
         cost.align(u, h, appended)
