@@ -262,6 +262,11 @@ def action_key(event: ToolCall) -> tuple[str, str]:
     return tool, sig
 
 
+def open_batch(state: RunState, calls: int) -> None:
+    """Start a batch's projection (on a copy of the run's state): the window grows by the batch."""
+    latest.project(state.history, calls - 1)
+
+
 def as_sibling_veto(state: RunState, event: ToolCall) -> None:
     """In a batch's projection: the call just admitted counts as a loop veto for the siblings after it.
 
@@ -272,12 +277,14 @@ def as_sibling_veto(state: RunState, event: ToolCall) -> None:
 
 
 def commit_batch(state: RunState, call_ids: Sequence[str]) -> None:
-    """The admitted batch's records become the pending calls they are (undo :func:`as_sibling_veto`)."""
+    """The admitted batch's records become the pending calls they are (undo :func:`as_sibling_veto`),
+    and the window is 30 again."""
     ids = set(call_ids)
     h, x = state.history, latest.extras(state)
     for j in range(len(h.args) - 1, max(-1, len(h.args) - 1 - len(ids)), -1):
         if h.call_ids[j] in ids and h.results[j] is None and x.kinds[j] == KIND_VETO:
             x.kinds[j] = KIND_NONE
+    latest.end_projection(h, x)
 
 
 def refuse_batch(state: RunState, calls: Sequence[ToolCall], trigger: ToolCall, ext: Extensions) -> None:

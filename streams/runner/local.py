@@ -33,7 +33,7 @@ import msgspec
 
 from loopwarden.detection import RunState as EngineState
 from loopwarden.detection.decision import decide_event
-from loopwarden.detection.engine import as_sibling_veto, commit_batch, refuse_batch
+from loopwarden.detection.engine import as_sibling_veto, commit_batch, open_batch, refuse_batch
 from loopwarden.detection.published import verdict_for
 from loopwarden.detection.state import decode_state, encode_state
 from loopwarden.kafka.configfeed import ConfigFeed
@@ -146,7 +146,8 @@ class LocalDecider:
         states = self._states
         state = states.get(key)
         when = time.time() if now is None else now
-        proj = decode_state(encode_state(state)) if state is not None else None
+        proj = decode_state(encode_state(state)) if state is not None else EngineState()
+        open_batch(proj, len(calls))
         verdicts: list[list[Verdict]] = []
         trigger = None
         for i, call in enumerate(calls):

@@ -95,3 +95,78 @@ def test_upstream_write_churn_is_what_the_release_lacks(tmp_path):
     extra = [v for v in opted if v not in release]
     assert extra and all(v[2] == "argument_churn" and ":write-mutation:" in v[4] for v in extra)
     assert [v for v in opted if v not in extra] == [v for v in release if v[0] not in {e[0] for e in extra}]
+
+
+async def _runner_rows(steps: list[dict]) -> list[dict]:
+    """The same batches through a LoopClient deciding locally under the profile (no broker: nothing is sent)."""
+    from loopwarden.runner import LoopClient
+
+    client = LoopClient(config=PROFILE_CONFIG, decisions="local")
+    runs: dict[str, object] = {}
+    rows = []
+    for step in steps:
+        run = runs.get(step["run"])
+        if run is None:
+            run = runs[step["run"]] = client.run("main", session_id=step["session"], run_id=step["run"])
+        decisions = await client.check_batch([run.call(c["tool"], c["params"], c["id"]) for c in step["calls"]])
+        for call, d in zip(step["calls"], decisions, strict=True):
+            v = d.verdict
+            if d.recovery == "sibling" or d.source == "aborted":
+                rows.append({"id": call["id"], "action": "skipped"})
+                continue
+            rows.append(
+                {
+                    "id": call["id"],
+                    "action": "block" if d.action in ("block", "abort") else d.action,
+                    "detector": v.detector if v else None,
+                    "count": v.count if v else None,
+                    "warning_key": v.warning_key if v else None,
+                    "note": d.note,
+                    "terminal": d.terminal,
+                }
+            )
+            if d.proceed:
+                await client.tool_result(
+                    d, **({"error": call["error"]} if "error" in call else {"result": call["result"]})
+                )
+            else:
+                await client.tool_result(d, result=d.blocked_result())
+    return rows
+
+
+def test_runner_batch_admission_matches_the_release(tmp_path):
+    """Assistant batches of 1-4 calls: the runner admits, warns, refuses with the batch and stops the run
+    exactly where the release's batch admission does (the release keeps judging after its run would have
+    stopped; the runner answers ``abort`` from then on, so rows are compared up to each run's stop)."""
+    import asyncio
+
+    steps = _steps(SEEDS, max_batch=4)
+    assert any(len(s["calls"]) > 1 for s in steps)
+    release = release_rows(steps, tmp_path)
+    ours = asyncio.run(_runner_rows(steps))
+    assert [r["id"] for r in ours] == [r["id"] for r in release]
+    stopped: set[str] = set()
+    blocks_per_run: dict[str, int] = {}
+    compared = 0
+    for mine, theirs in zip(ours, release, strict=True):
+        run = theirs["run"]
+        if run in stopped:
+            assert mine["action"] == "skipped"  # the run was aborted: every later call is refused
+            continue
+        assert mine["action"] == theirs["action"], (mine, theirs)
+        if theirs["action"] in ("warn", "block"):
+            assert (mine["detector"], mine["count"], mine["warning_key"]) == (
+                theirs["detector"], theirs["count"], theirs["warningKey"],
+            ), (mine, theirs)  # fmt: skip
+            compared += 1
+        if theirs["action"] == "warn":
+            assert mine["note"] == (
+                f"[System note: Tool-loop warning after {theirs['count']} repeated calls. "
+                "Change your approach or stop if you are not making progress.]"
+            )
+        if theirs["action"] == "block":
+            blocks_per_run[run] = blocks_per_run.get(run, 0) + 1
+            assert mine["terminal"] == (blocks_per_run[run] == 2)
+            if blocks_per_run[run] == 2:
+                stopped.add(run)
+    assert compared > 50 and stopped
