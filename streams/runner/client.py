@@ -450,7 +450,7 @@ class LoopClient:
                 stats.blocked += 1
                 return Decision(action="block", source="pending_block", call=call, verdict=pending)
         if self._local is not None:
-            if self._profiled(call):
+            if self.bounded_recovery(call):
                 stats.checks -= 1  # counted again by the batch
                 return self._check_batch_local(key, entry, [call], t0)[0]
             return self._check_local(key, entry, call, t0)
@@ -467,14 +467,15 @@ class LoopClient:
         """
         if not calls:
             return []
-        if self._local is not None and self._profiled(calls[0]):
+        if self._local is not None and self.bounded_recovery(calls[0]):
             key = run_key(calls[0])
             entry = self._runs.get(key)
             if entry is None or (entry.state.aborted is None and entry.state.pending_block is None):
                 return self._check_batch_local(key, entry, calls, time.perf_counter())
         return [await self.check(call, timeout) for call in calls]
 
-    def _profiled(self, call: ToolCall) -> bool:
+    def bounded_recovery(self, call: ToolCall) -> bool:
+        """Whether ``call``'s run gets the release's batch admission (:meth:`check_batch`): the profile, local."""
         local = self._local
         try:
             return local is not None and local.profiled(call)
