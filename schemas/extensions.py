@@ -67,6 +67,7 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
 
 
 PROFILE_LATEST = "openclaw-latest"
+LATEST_RELEASE = "openclaw@2026.9.6"  # the OpenClaw release the profile follows (RULES.md §14)
 PROFILES = (PROFILE_LATEST,)
 # What the openclaw-latest profile uses instead of these loopDetection knobs, whatever they
 # say (its detector reads only `enabled`); every `detectors.*` switch is on.

@@ -206,7 +206,7 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
                 if u is not None:
                     cost.align(u, h, appended)
                 return _new(StepResult, (state, detections, False, False, charge))
-    if cfg.record_calls:
+    if cfg.enabled:  # the release records a call only when `enabled === true` (its outcome is recorded anyway)
         latest.record_call(h, x, tool, sig, event.tool_call_id, target)
         if u is not None:
             charge = _charge_recorded(u, state, event, sig, tool, charge)

@@ -114,10 +114,15 @@ def fail(output: str, code=1, status="failed", **details) -> dict:
 # ================================================================ L1 configuration
 
 
-def test_l1_1_detection_needs_enabled_but_calls_are_recorded_without_it():
-    run = LRun({})  # enabled missing: nothing detected, everything recorded (§1.3, exactly-false rule)
+def test_l1_1_without_enabled_calls_are_not_recorded_but_outcomes_are():
+    """As the release: a call is recorded only when ``enabled`` is true; its outcome is recorded anyway
+    (appended), so the streak is the same once detection is switched on."""
+    run = LRun({})  # enabled missing: nothing detected
     for _ in range(25):
         assert run.pair("read", {"p": 1}, result="same") == []
+    run.call("read", {"p": 2})  # no outcome ever comes: leaves no record
+    assert [r["sig"] for r in run.records()].count(sig("read", '{"p":2}')) == 0
+    assert len(run.records()) == 25
     dets = run.call("read", {"p": 1}, block=ON)
     assert brief(dets) == [("generic_repeat", "critical", 25)]
     assert dets[0].message == msg_generic_critical_latest("read", 25)
