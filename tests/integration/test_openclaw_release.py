@@ -170,3 +170,37 @@ def test_runner_batch_admission_matches_the_release(tmp_path):
             if blocks_per_run[run] == 2:
                 stopped.add(run)
     assert compared > 50 and stopped
+
+
+def test_config_check_names_what_the_release_config_validate_rejects(tmp_path):
+    """``openclaw config validate`` (the release) and ``loopwarden config check`` (the profile) on one block:
+    each key the release rejects is named by config check."""
+    import re
+
+    from loopwarden.schemas.config_check import check_document
+    from tests.hosts.openclaw_host import openclaw, write_config
+
+    block = {
+        "enabled": True,
+        "historySize": 40,
+        "warningThreshold": 5,
+        "criticalThreshold": 9,
+        "unknownToolThreshold": 3,
+        "globalCircuitBreakerThreshold": 12,
+        "detectors": {"pingPong": False},
+        "postCompactionGuard": {"windowSize": 5},
+    }
+    home = tmp_path / "home"
+    home.mkdir()
+    config = write_config(tmp_path / "openclaw.json", "http://127.0.0.1:9/v1", loop_detection=block)
+    proc = openclaw(["config", "validate", "--json"], home, config, timeout=180)
+    assert proc.returncode != 0
+    issues = json.loads(proc.stdout[proc.stdout.index("{") :])["issues"]
+    (issue,) = [i for i in issues if i["path"] == "tools.loopDetection"]
+    rejected = set(re.findall(r'"([A-Za-z]+)"', issue["message"]))
+    assert rejected == set(block) - {"enabled"}
+    report = check_document({"tools": {"loopDetection": block}, "loopwarden": {"profile": "openclaw-latest"}})
+    named = {n.key for n in report.blocks[0].notes if "is rejected by openclaw@2026.9.6" in n.text}
+    assert named == rejected
+    write_config(config, "http://127.0.0.1:9/v1", loop_detection={"enabled": True})
+    assert openclaw(["config", "validate", "--json"], home, config, timeout=180).returncode == 0
