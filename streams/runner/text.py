@@ -7,8 +7,9 @@ runner never shows it, nor hands it on: a worker's verdict reaches gates, callba
 ``run.verdicts()`` and ``run.aborted`` with this text as its ``message``. It fills the detector's fixed template
 (:mod:`loopwarden.detection.messages`, OpenClaw's own wording, so an honest
 verdict reads as the worker's message; under the ``openclaw-latest`` profile
-the generic and global-breaker blocks keep the default profile's wording and
-an ``argument_churn`` warning omits the variant count, which the verdict
+a runner deciding locally words the generic and global-breaker blocks as the
+release does, adds its bounded-recovery texts and its warning note, and an
+``argument_churn`` warning omits the variant count, which the verdict
 does not carry) with the verdict's fields,
 validated: a tool name keeps only the characters tool names are made of and
 at most :data:`MAX_NAME` of them, a count is a bounded int. A forged verdict
