@@ -58,6 +58,8 @@ class Decision(msgspec.Struct, kw_only=True):
         """The text for the model, from the verdict's fields (never the record's own ``message``); the
         tool is named as this runner called it when the verdict answers this very call."""
         verdict = self.verdict
+        if self.action == "allow":
+            return None  # nothing to tell the model: the call goes on
         reason = None
         if verdict is not None:
             own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
