@@ -24,6 +24,10 @@ TARGETS = {
     "screening": ("loopwarden.bench.screening", "µs per KB of hostile records through the worker's screen"),
     "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
     "state": ("loopwarden.bench.state", "a run's stored value: bytes, decoded memory, encode/decode µs per run"),
+    "recovery": (
+        "loopwarden.bench.recovery",
+        "the release's batch admission (openclaw-latest) per call, against check() under the default rules",
+    ),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
@@ -33,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, state, "
-        "soak, all)",
+        "recovery, soak, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
