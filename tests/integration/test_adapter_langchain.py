@@ -230,12 +230,15 @@ async def test_profile_parallel_calls_bounded_recovery():
         AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in parallel_calls(t)])
         for t in range(1, PARALLEL_TURNS + 1)
     ]
-    model = ScriptedChat(messages=iter([*turns, AIMessage(content="giving up")]))
     mw = LoopwardenMiddleware(profile_client(), agent_id="lc-agent")
-    agent = create_agent(model, [lookup], middleware=[mw])
-    config, _run = config_for(rid("lc-thread"))
-    out = await agent.ainvoke({"messages": [("user", "poll the job")]}, config=config)
-    assert_recovery_outcome(tool_texts(out["messages"]), len(runs))
-    assert f"t{STOP_TURN}a" in tool_texts(out["messages"])  # the stopping batch is answered, then the agent ends
-    assert not any(isinstance(m, AIMessage) and m.content == "giving up" for m in out["messages"])
-    assert mw.aborted(config)
+    thread = rid("lc-thread")
+    for _prompt in range(2):  # a new prompt is a new run: the allowance (and the history) start again
+        runs.clear()
+        model = ScriptedChat(messages=iter([*turns, AIMessage(content="giving up")]))
+        agent = create_agent(model, [lookup], middleware=[mw])
+        config, _run = config_for(thread)
+        out = await agent.ainvoke({"messages": [("user", "poll the job")]}, config=config)
+        assert_recovery_outcome(tool_texts(out["messages"]), len(runs))
+        assert f"t{STOP_TURN}a" in tool_texts(out["messages"])  # the stopping batch is answered, then the end
+        assert not any(isinstance(m, AIMessage) and m.content == "giving up" for m in out["messages"])
+        assert mw.aborted(config)
