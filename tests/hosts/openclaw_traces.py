@@ -75,10 +75,10 @@ def _segment(rng: random.Random, n: int) -> list[dict]:
         return [
             {
                 "tool": "exec",
-                "params": {"command": f"curl host{i % 4}"},
+                "params": {"command": f"curl host{i}"},  # a new command each time
                 "result": text("", status="failed", exitCode=7, aggregated=f"connect failed attempt {i} (errno 111)"),
             }
-            for i in range(k)
+            for i in range(k + 16)  # long enough for a failure streak across commands to block
         ]
     if kind == "unknown":
         return [{"tool": "frobnicate", "params": {"x": 1}, "error": "Unknown tool: frobnicate"} for _ in range(k)]

@@ -79,6 +79,9 @@ def test_release_detector_and_replay_agree_verdict_for_verdict(tmp_path):
     ):
         assert needed in kinds, needed
     assert len(release) > 100
+    calls = {c["id"]: c for step in steps for c in step["calls"]}
+    across = [v for v in release if calls[v[0]]["params"].get("command", "").startswith("curl ")]
+    assert across  # different commands failing alike count together (RULES.md L14), in the release too
     assert ours == release
 
 
