@@ -56,7 +56,7 @@ from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.routing import CLOSED, RunEntry, VerdictCallback, VerdictStream
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
-from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
+from loopwarden.runner.state import ClientStats, Decision, DecisionAction, RecentIds, RunState
 from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
@@ -507,18 +507,7 @@ class LoopClient:
                 for v in verdicts:
                     self._deliver(entry, v, remember=False)
                 best = strongest(verdicts)
-                action = best.action if best is not None else "allow"
-                self._count(action)
-                out.append(
-                    Decision(
-                        action=action,
-                        source="local",
-                        call=marked,
-                        verdict=best,
-                        seconds=time.perf_counter() - t0,
-                        release=True,
-                    )
-                )
+                out.append(self._answered(best.action if best is not None else "allow", marked, best, t0, release=True))
             return out
         verdicts = admission.verdicts[trigger]
         critical = strongest(verdicts)
@@ -538,21 +527,32 @@ class LoopClient:
         action = "abort" if terminal else "block"
         out = []
         for i, call in enumerate(calls):
-            self._count(action)
             if i == trigger:
                 out.append(
-                    Decision(
-                        action=action, source="local", call=marked, verdict=critical, seconds=time.perf_counter() - t0,
-                        release=True, recovery="trigger", terminal=terminal,
-                    )
-                )  # fmt: skip
+                    self._answered(action, marked, critical, t0, release=True, recovery="trigger", terminal=terminal)
+                )
             else:
+                self._count(action)
                 out.append(
                     Decision(
                         action=action, source="batch", call=call, release=True, recovery="sibling", terminal=terminal
                     )
                 )
         return out
+
+    def _answered(
+        self, action: DecisionAction, call: ToolCall, verdict: Verdict | None, t0: float, **extra: Any
+    ) -> Decision:
+        """A locally decided call's answer, counted."""
+        self._count(action)
+        return Decision(
+            action=action,
+            source="local",
+            call=call,
+            verdict=verdict,
+            seconds=time.perf_counter() - t0,
+            **extra,
+        )
 
     def _check_local(self, key: str, entry: RunEntry | None, call: ToolCall, t0: float) -> Decision:
         if not call.tool_call_id:
@@ -568,15 +568,8 @@ class LoopClient:
             elif verdict is None or (verdict.action == "warn" and v.action == "block"):
                 verdict = v
             self._deliver(entry, v, remember=False)  # the check answers this call: no pending block
-        action = verdict.action if verdict is not None else "allow"
-        self._count(action)
-        return Decision(
-            action=action,
-            source="local",
-            call=call,
-            verdict=verdict,
-            seconds=time.perf_counter() - t0,
-            superseded=superseded,
+        return self._answered(
+            verdict.action if verdict is not None else "allow", call, verdict, t0, superseded=superseded
         )
 
     def _count(self, action: str) -> None:
