@@ -279,6 +279,6 @@ def test_a_note_shows_a_value_with_a_lone_surrogate_escaped():
     # found by test_property_config_loader_takes_any_json: a config note about such a value raised
     from loopwarden.schemas.config import FleetConfig, show
 
-    assert show({"warning\ud800Threshold": 0}) == '{"warning\\\\ud800Threshold": 0}'
+    assert show({"warning\ud800Threshold": 0}) == r'{"warning\ud800Threshold": 0}'
     config = FleetConfig.from_document({"tools": {"loopDetection": {"detectors": [{"a\ud800": 0}]}}})
     assert config.resolve("main").generic_repeat
