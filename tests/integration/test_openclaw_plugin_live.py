@@ -1,5 +1,9 @@
 """The OpenClaw plugin in the real OpenClaw release (npm), turns run offline against a scripted model.
 
+- two OpenClaw agents looping on the same failing tool open one fleet incident on a live
+  worker (Tansu, a worker process, the decision service ``loopwarden sidecar`` between the
+  plugin and the broker), and a later run of one of them gets the incident's block: the
+  plugin's block text is what the model reads as the call's result;
 - with the decision service down, the plugin allows every call and OpenClaw's own loop
   detection still runs (its warning reaches the model);
 - the plugin's config block is validated by OpenClaw against the plugin's configSchema.
@@ -8,17 +12,48 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from loopwarden.devtools.broker import die_with_parent, free_port
 from tests.hosts.openclaw_host import ScriptedProvider, openclaw, repeat_script, text_of, tool_results, write_config
+
+from .support import Names, WorkerProcess, collect, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PLUGIN = Path(__file__).resolve().parents[2] / "streams" / "runner" / "integrations" / "openclaw-plugin"
 FAILING = ("read", {"path": "missing.txt"})  # fails the same way each time: "File not found: <workspace>/missing.txt"
 OPENCLAW_WARNING = "[System note: Tool-loop warning after 10 repeated calls."
+# The fleet's config, read by the worker and the decision service alike: OpenClaw's rules, and
+# an incident when 2 runs of 2 agents each get the same failure 3 times; then a run that has
+# had it 3 times is blocked from calling the tool again.
+FLEET_DOC = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwarden": {
+        "incidents": {
+            "enabled": True,
+            "minStreak": 3,
+            "minRuns": 2,
+            "minAgents": 2,
+            "window": 600,
+            "block": True,
+            "blockAfter": 3,
+        }
+    },
+}
+INCIDENT_BLOCK = re.compile(
+    r"^CRITICAL: a fleet incident is open: many runs get the same outcome from read; "
+    r"this run has had it \d+ times\. Call blocked; try another approach\.$"
+)
 
 
 def plugin_block(config: dict) -> dict:
@@ -58,6 +93,119 @@ def seen_results(provider: ScriptedProvider) -> list[str]:
     """The tool results in the model's last request (each request carries the run's whole history)."""
     last = provider.tool_turns()[-1]
     return [text_of(m) for m in tool_results(last["messages"])]
+
+
+class Sidecar:
+    """``loopwarden sidecar`` on a free loopback port, on the worker's topics, with the fleet's config."""
+
+    def __init__(self, tansu: str, names: Names, config: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            LOOPWARDEN_RUNNER_BOOTSTRAP=tansu,
+            LOOPWARDEN_RUNNER_EVENTS_TOPIC=names.events,
+            LOOPWARDEN_RUNNER_CONTROL_TOPIC=names.control,
+            LOOPWARDEN_RUNNER_CONFIG_TOPIC=names.config,
+        )
+        command = [str(Path(sys.executable).with_name("loopwarden")), "sidecar", "--config", str(config)]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--bootstrap", tansu]
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                command,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
+            )
+        self.log = log
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(self.url + "/v1/health", timeout=2) as r:
+            return json.loads(r.read())
+
+    def wait_connected(self, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            try:
+                health = self.health()
+                if health.get("broker") == "connected":
+                    return health
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError("the decision service never connected: " + self.log.read_text()[-3000:])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, Sidecar]]:
+    """A ready worker and a connected decision service, both with :data:`FLEET_DOC`."""
+    tmp = tmp_path_factory.mktemp("openclaw-fleet")
+    for worker in ready_worker(tansu, tmp, "ocfleet", FLEET_DOC):
+        sidecar = Sidecar(tansu, worker.names, tmp / "loop.json", tmp / "sidecar.log")
+        try:
+            sidecar.wait_connected()
+            yield worker, sidecar
+        finally:
+            sidecar.stop()
+
+
+def loop_until_blocked(calls: int) -> Callable[[list[dict]], object]:
+    """The failing call again and again, until ``calls`` results or one that is the fleet's block."""
+
+    def script(messages: list[dict]) -> object:
+        results = [text_of(m) for m in tool_results(messages)]
+        if len(results) >= calls or (results and INCIDENT_BLOCK.match(results[-1])):
+            return "giving up"
+        return [FAILING]
+
+    return script
+
+
+def test_two_openclaw_agents_open_one_incident_and_its_block_reaches_the_model(tansu, fleet, tmp_path):
+    worker, sidecar = fleet
+    names = worker.names
+    with ScriptedProvider(loop_until_blocked(4)) as provider:
+        config = openclaw_config(tmp_path, provider.base_url, {"url": sidecar.url}, agents=["alpha", "beta"])
+        for agent in ("alpha", "beta"):
+            proc = agent_turn(tmp_path, config, agent, f"fleet-{agent}")
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        # both runs failed the same way four times: the tool ran (nothing blocked yet)
+        assert all("File not found" in r for r in seen_results(provider)), seen_results(provider)
+
+    records = [
+        json.loads(r.value)
+        for r in collect(tansu, names.incidents, until=lambda rs: len(rs) >= 1, idle=2.0, timeout=60)
+    ]
+    opened = [r for r in records if r["state"] == "open"]
+    assert len(opened) == 1, records
+    incident = opened[0]
+    assert incident["tool_name"] == "read"
+    assert sorted(incident["agent_ids"]) == ["alpha", "beta"]
+    assert incident["run_count"] == 2 and incident["agent_count"] == 2
+    assert "File not found" in incident["sample"]
+
+    # a new run of alpha fails three times more; the worker answers its next call with the incident's block
+    with ScriptedProvider(loop_until_blocked(12)) as provider:
+        config = openclaw_config(tmp_path, provider.base_url, {"url": sidecar.url}, agents=["alpha", "beta"])
+        proc = agent_turn(tmp_path, config, "alpha", "fleet-alpha-2", message="try again")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = seen_results(provider)
+    blocked = [i for i, r in enumerate(results) if INCIDENT_BLOCK.match(r)]
+    assert blocked, results
+    # the first three calls of the run ran and failed; the block is the model's whole view of the blocked call
+    assert blocked[0] >= 3 and all("File not found" in r for r in results[: blocked[0]])
+    assert worker.metrics().get('loopwarden_incidents_total{state="open"}') == 1
 
 
 def test_service_down_the_plugin_allows_and_openclaws_own_rules_run(tmp_path):
