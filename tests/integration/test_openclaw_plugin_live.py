@@ -47,6 +47,7 @@ FLEET_DOC = {
             "window": 600,
             "block": True,
             "blockAfter": 3,
+            "samples": True,
         }
     },
 }
@@ -75,7 +76,7 @@ def openclaw_config(tmp: Path, base_url: str, plugin_config: dict, agents: list[
     if agents:
         cfg = json.loads(path.read_text())
         cfg["agents"]["ownership"] = "explicit"
-        cfg["agents"]["entries"] = {agent: {} for agent in agents}
+        cfg["agents"]["entries"] = {agent: {"workspace": str(workspace)} for agent in agents}
         path.write_text(json.dumps(cfg, indent=2))
     return path
 
