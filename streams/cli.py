@@ -19,6 +19,7 @@ COMMANDS = (
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
+    ("sidecar", "loopwarden.sidecar.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
     ("up", "loopwarden.devtools.up"),
@@ -36,6 +37,7 @@ EXTRA_OF_MODULE = {
     "rich": "devtools",
     "matplotlib": "plot",
     "opentelemetry": "otel",
+    "aiohttp": "sidecar",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
 }
 
