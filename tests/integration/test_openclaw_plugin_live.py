@@ -12,21 +12,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from loopwarden.devtools.broker import die_with_parent, free_port
+from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.openclaw_host import ScriptedProvider, openclaw, repeat_script, text_of, tool_results, write_config
 
-from .support import Names, WorkerProcess, collect, ready_worker
+from .support import WorkerProcess, collect, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -96,66 +91,16 @@ def seen_results(provider: ScriptedProvider) -> list[str]:
     return [text_of(m) for m in tool_results(last["messages"])]
 
 
-class Sidecar:
-    """``loopwarden sidecar`` on a free loopback port, on the worker's topics, with the fleet's config."""
-
-    def __init__(self, tansu: str, names: Names, config: Path, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(
-            os.environ,
-            LOOPWARDEN_RUNNER_BOOTSTRAP=tansu,
-            LOOPWARDEN_RUNNER_EVENTS_TOPIC=names.events,
-            LOOPWARDEN_RUNNER_CONTROL_TOPIC=names.control,
-            LOOPWARDEN_RUNNER_CONFIG_TOPIC=names.config,
-        )
-        command = [str(Path(sys.executable).with_name("loopwarden")), "sidecar", "--config", str(config)]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--bootstrap", tansu]
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                command,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,
-            )
-        self.log = log
-
-    def health(self) -> dict:
-        with urllib.request.urlopen(self.url + "/v1/health", timeout=2) as r:
-            return json.loads(r.read())
-
-    def wait_connected(self, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                health = self.health()
-                if health.get("broker") == "connected":
-                    return health
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError("the decision service never connected: " + self.log.read_text()[-3000:])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, Sidecar]]:
-    """A ready worker and a connected decision service, both with :data:`FLEET_DOC`."""
+def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, SidecarProcess]]:
+    """A ready worker and the decision service on its topics, both with :data:`FLEET_DOC`."""
     tmp = tmp_path_factory.mktemp("openclaw-fleet")
     for worker in ready_worker(tansu, tmp, "ocfleet", FLEET_DOC):
-        sidecar = Sidecar(tansu, worker.names, tmp / "loop.json", tmp / "sidecar.log")
+        names = worker.names
+        args = ["--config", str(tmp / "loop.json"), "--bootstrap", tansu, "--events-topic", names.events]
+        args += ["--control-topic", names.control, "--config-topic", names.config]
+        sidecar = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
         try:
-            sidecar.wait_connected()
             yield worker, sidecar
         finally:
             sidecar.stop()
