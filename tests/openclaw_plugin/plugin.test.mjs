@@ -11,6 +11,7 @@ import { after, before, beforeEach, test } from "node:test";
 
 import plugin, { createGuard, DEFAULT_TIMEOUT_MS, DEFAULT_URL, settingsFrom } from "../../streams/runner/integrations/openclaw-plugin/index.mjs";
 
+const SLACK_MS = 10_000; // cases that expect an answer wait this long: a loaded machine must not turn them into timeouts
 let server;
 let url;
 let requests;
@@ -77,7 +78,7 @@ const CTX = {
 const EVENT = { toolName: "read", params: { path: "missing.txt" }, runId: "run-1", toolCallId: "call-1" };
 
 test("ids: agent, session key, run and call id come from OpenClaw's hook context", async () => {
-  const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
   assert.equal(await guard.beforeToolCall(EVENT, CTX), undefined);
   assert.deepEqual(requests, [
     {
@@ -97,7 +98,7 @@ test("ids: agent, session key, run and call id come from OpenClaw's hook context
 });
 
 test("ids: the session id when there is no session key, the configured agent id over OpenClaw's", async () => {
-  const guard = createGuard(settingsFrom({ url, agentId: "fleet-a" }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, agentId: "fleet-a", timeoutMs: SLACK_MS }), { logger: quietLogger() });
   const { sessionKey, runId, toolCallId, ...ctx } = CTX;
   await guard.beforeToolCall({ toolName: "exec", params: { command: "ls" }, runId: "run-9", toolCallId: "c-9" }, ctx);
   const body = requests[0].body;
@@ -112,7 +113,7 @@ test("block: the service's text becomes blockReason; a bearer token is read from
   const dir = mkdtempSync(join(tmpdir(), "lw-plugin-"));
   writeFileSync(join(dir, "token"), "s3cret\n");
   answer = () => ({ body: verdict("block", "CRITICAL: read has repeated identical no-progress outcomes 20 times.") });
-  const guard = createGuard(settingsFrom({ url, tokenFile: join(dir, "token") }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, tokenFile: join(dir, "token"), timeoutMs: SLACK_MS }), { logger: quietLogger() });
   const out = await guard.beforeToolCall(EVENT, CTX);
   assert.deepEqual(out, {
     block: true,
@@ -124,7 +125,7 @@ test("block: the service's text becomes blockReason; a bearer token is read from
 
 test("abort blocks too (OpenClaw cannot end a run from a plugin); no message: a fixed text", async () => {
   answer = () => ({ body: verdict("abort") });
-  const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
   assert.deepEqual(await guard.beforeToolCall(EVENT, CTX), {
     block: true,
     blockReason: "Tool call blocked by loop detection.",
@@ -133,7 +134,7 @@ test("abort blocks too (OpenClaw cannot end a run from a plugin); no message: a 
 
 test("the model-facing text loses control characters and is bounded", async () => {
   answer = () => ({ body: verdict("block", "a\u0000b\u001b[31mc" + "x".repeat(5000)) });
-  const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
   const { blockReason } = await guard.beforeToolCall(EVENT, CTX);
   assert.ok(blockReason.startsWith("a b [31mc"));
   assert.equal(blockReason.length, 2000);
@@ -142,7 +143,7 @@ test("the model-facing text loses control characters and is bounded", async () =
 test("warn: the call goes ahead, the warning is logged and counted", async () => {
   answer = () => ({ body: verdict("warn", "WARNING: read called 10 times with identical arguments.") });
   const logger = quietLogger();
-  const guard = createGuard(settingsFrom({ url }), { logger });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger });
   assert.equal(await guard.beforeToolCall(EVENT, CTX), undefined);
   assert.equal(guard.stats.warned, 1);
   assert.equal(logger.lines.length, 1);
@@ -169,7 +170,7 @@ test("service down, an error status or a bad answer: allowed and counted", async
   assert.equal(down.stats.failOpenTimeout, 0);
   for (const reply of [{ status: 401, body: { error: "unauthorized" } }, { body: "not json" }, { body: { no: "action" } }]) {
     answer = () => reply;
-    const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+    const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
     assert.equal(await guard.beforeToolCall(EVENT, CTX), undefined);
     assert.equal(guard.stats.failOpen, 1);
   }
@@ -177,7 +178,7 @@ test("service down, an error status or a bad answer: allowed and counted", async
 
 test("an unreadable token file is counted and logged; calls still go out (the service answers 401: fail open)", async () => {
   const logger = quietLogger();
-  const guard = createGuard(settingsFrom({ url, tokenFile: "/nonexistent/token" }), { logger });
+  const guard = createGuard(settingsFrom({ url, tokenFile: "/nonexistent/token", timeoutMs: SLACK_MS }), { logger });
   assert.equal(guard.stats.tokenErrors, 1);
   assert.match(logger.lines[0], /cannot read token file/);
   await guard.beforeToolCall(EVENT, CTX);
@@ -185,7 +186,7 @@ test("an unreadable token file is counted and logged; calls still go out (the se
 });
 
 test("after_tool_call reports the result or the error with the same ids; agent_end ends the run", async () => {
-  const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
   const result = { content: [{ type: "text", text: "hello" }] };
   await guard.afterToolCall({ ...EVENT, result, durationMs: 3 }, CTX);
   await guard.afterToolCall({ ...EVENT, toolCallId: "call-2", error: "File not found: missing.txt" }, CTX);
@@ -206,7 +207,7 @@ test("after_tool_call reports the result or the error with the same ids; agent_e
 });
 
 test("a huge result is sent as its first characters; a failed report is counted", async () => {
-  const guard = createGuard(settingsFrom({ url }), { logger: quietLogger() });
+  const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
   await guard.afterToolCall({ ...EVENT, result: { content: [{ type: "text", text: "y".repeat(200_000) }] } }, CTX);
   assert.equal(typeof requests[0].body.result, "string");
   assert.equal(requests[0].body.result.length, 65_536);
@@ -227,7 +228,7 @@ test("settings: URL from the environment, timeout default and bounds", () => {
 test("register: the three hooks on OpenClaw's plugin api, with the entry's config", async () => {
   const hooks = {};
   plugin.register({
-    pluginConfig: { url, agentId: "from-config" },
+    pluginConfig: { url, agentId: "from-config", timeoutMs: SLACK_MS },
     logger: quietLogger(),
     on: (name, handler) => (hooks[name] = handler),
   });
