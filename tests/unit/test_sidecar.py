@@ -11,7 +11,6 @@ service publishes is captured where the outbox would send it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import stat
 
@@ -21,29 +20,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from loopwarden import cli
 from loopwarden.runner import LoopClient
-from loopwarden.schemas.events import decode_event
 from loopwarden.sidecar.app import make_app, start_listeners
 from loopwarden.sidecar.service import Limits, Service
-
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+from tests.unit.test_runner_local import CONFIG, Captured
 
 AGENT = {"agent_id": "a", "session_id": "s1"}
 SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
-
-
-class Captured:
-    """Stands in for the client's outbox: what would be sent."""
-
-    def __init__(self) -> None:
-        self.events: list = []
-        self.connected = asyncio.Event()
-
-    def put(self, topic: str, key: bytes | None, value: bytes) -> bool:
-        self.events.append(decode_event(value))
-        return True
-
-    def __len__(self) -> int:
-        return 0
 
 
 def service(limits: Limits | None = None) -> tuple[Service, Captured]:
