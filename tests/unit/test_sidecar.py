@@ -297,3 +297,18 @@ async def test_an_abort_answers_every_later_check_and_run_end_acks_it(http):
     assert [(a.verdict_id, a.outcome) for a in acks] == [(later[0]["verdict_id"], "applied")]
     assert of_type(out, "CompactionRetry")[0].reason == "context overflow"
     assert [e.run_id for e in of_type(out, "RunEnd")] == [answers[0]["run_id"]]
+
+
+async def test_browser_and_rebound_host_requests_are_refused(http):
+    """A page in the developer's browser may send to 127.0.0.1 (with an Origin header) or, after DNS
+    rebinding, with its own host name in Host: both are 403, and nothing is decided or published."""
+    client, svc, out = await http()
+    check = {**AGENT, "tool_name": "read"}
+    r = await client.post("/v1/check", json=check, headers={"Origin": "https://evil.example"})
+    assert r.status == 403
+    r = await client.post("/v1/run_end", json=AGENT, headers={"Host": "evil.example:7766"})
+    assert r.status == 403
+    for host in ("127.0.0.1:7766", "localhost:7766", "[::1]:7766", "localhost"):
+        r = await client.post("/v1/check", json=check, headers={"Host": host})
+        assert r.status == 200, host
+    assert svc.stats.forbidden == 2 and svc.client.stats.checks == 4
