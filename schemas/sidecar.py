@@ -103,9 +103,19 @@ class RunStartResponse(msgspec.Struct, kw_only=True):
     ended: str | None = None  # the session's previous run, ended by this start
 
 
+class Warning(msgspec.Struct, kw_only=True):
+    """A warning the call's check answered, for hosts that can hand the model context only with a
+    result (Gemini CLI's AfterTool, Cursor's postToolUse): the text to show, and what to ack."""
+
+    message: str
+    verdict_id: str | None
+    run_id: str
+
+
 class Ok(msgspec.Struct, kw_only=True):
     ok: bool = True
     paired: bool | None = None  # /v1/result: the outcome found its check
+    warning: Warning | None = None  # /v1/result: the paired check answered warn
 
 
 class Error(msgspec.Struct, kw_only=True):

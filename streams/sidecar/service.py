@@ -211,7 +211,7 @@ class Service:
             elif decision.action in ("block", "abort") and result is not UNSET:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
-            return api.Ok(paired=True)
+            return api.Ok(paired=True, warning=_warning(decision, ref))
         self.stats.results_unpaired += 1
         call = ToolCall(
             agent_id=ref.agent_id,
@@ -292,6 +292,15 @@ class Service:
 
     def stats_body(self) -> api.Stats:
         return api.Stats(client=msgspec.structs.asdict(self.client.stats), service=self.stats, tables=self.tables())
+
+
+def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:
+    """The warning a paired check answered, handed back with its result (hosts that show the model
+    context only after the call; the hook acks it once shown)."""
+    if decision.action != "warn" or not decision.message:
+        return None
+    verdict_id = decision.verdict.verdict_id if decision.verdict is not None else None
+    return api.Warning(message=decision.message, verdict_id=verdict_id, run_id=ref.run_id or "")
 
 
 def _decoded(raw: Raw) -> Any:
