@@ -223,6 +223,8 @@ async def test_a_worker_block_and_warning_answer_the_next_check(http):
     )
     a = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
     assert (a["action"], a["source"], a["verdict_id"], a["proceed"]) == ("warn", "worker_warning", "w-1", True)
+    r = await client.post("/v1/result", json={**AGENT, "tool_call_id": a["tool_call_id"], "result": "ok"})
+    assert (await r.json())["warning"]["verdict_id"] == "w-1"  # handed back with the result as well
     svc.client._on_verdict(
         key,
         Verdict(
