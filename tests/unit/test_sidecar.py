@@ -11,7 +11,6 @@ service publishes is captured where the outbox would send it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import stat
 
@@ -21,29 +20,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from loopwarden import cli
 from loopwarden.runner import LoopClient
-from loopwarden.schemas.events import decode_event
 from loopwarden.sidecar.app import make_app, start_listeners
 from loopwarden.sidecar.service import Limits, Service
-
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+from tests.unit.test_runner_local import CONFIG, Captured
 
 AGENT = {"agent_id": "a", "session_id": "s1"}
 SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
-
-
-class Captured:
-    """Stands in for the client's outbox: what would be sent."""
-
-    def __init__(self) -> None:
-        self.events: list = []
-        self.connected = asyncio.Event()
-
-    def put(self, topic: str, key: bytes | None, value: bytes) -> bool:
-        self.events.append(decode_event(value))
-        return True
-
-    def __len__(self) -> int:
-        return 0
 
 
 def service(limits: Limits | None = None) -> tuple[Service, Captured]:
@@ -98,7 +80,7 @@ async def test_a_looping_session_is_warned_then_blocked_with_text_from_fields(ht
     assert [a.verdict_id for a in acks] == [answers[12]["verdict_id"], answers[13]["verdict_id"]]
     assert {a.outcome for a in acks} == {"applied"}  # blocked: true, the veto reached the model
     r = await client.post("/v1/ack", json={**AGENT, "verdict_id": warn["verdict_id"]})
-    assert (await r.json()) == {"ok": True, "paired": None}
+    assert (await r.json())["ok"] is True
     assert of_type(out, "VerdictAck")[-1].verdict_id == warn["verdict_id"]
 
 
@@ -241,6 +223,8 @@ async def test_a_worker_block_and_warning_answer_the_next_check(http):
     )
     a = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
     assert (a["action"], a["source"], a["verdict_id"], a["proceed"]) == ("warn", "worker_warning", "w-1", True)
+    r = await client.post("/v1/result", json={**AGENT, "tool_call_id": a["tool_call_id"], "result": "ok"})
+    assert (await r.json())["warning"]["verdict_id"] == "w-1"  # handed back with the result as well
     svc.client._on_verdict(
         key,
         Verdict(
@@ -298,3 +282,35 @@ def test_loopback_names():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.5.5.5", "::1", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "localhost.example.org"))
     assert isinstance(cli.build_parser().parse_args(["sidecar"]), argparse.Namespace)
+
+
+async def test_an_abort_answers_every_later_check_and_run_end_acks_it(http):
+    """The post-compaction guard aborts on a result (no check to answer): the run's next checks answer
+    abort, and run_end acknowledges it once."""
+    client, svc, out = await http()
+    await client.post("/v1/compaction", json={**AGENT, "reason": "context overflow"})
+    answers = await loop_calls(client, 3)
+    assert {a["action"] for a in answers} == {"allow"}
+    later = [await (await client.post("/v1/check", json={**AGENT, "tool_name": "read"})).json() for _ in range(2)]
+    assert [(a["action"], a["source"], a["proceed"]) for a in later] == [("abort", "aborted", False)] * 2
+    assert later[0]["detector"] == "compaction_loop_persisted" and later[0]["verdict_id"] == later[1]["verdict_id"]
+    await client.post("/v1/run_end", json=AGENT)
+    acks = of_type(out, "VerdictAck")
+    assert [(a.verdict_id, a.outcome) for a in acks] == [(later[0]["verdict_id"], "applied")]
+    assert of_type(out, "CompactionRetry")[0].reason == "context overflow"
+    assert [e.run_id for e in of_type(out, "RunEnd")] == [answers[0]["run_id"]]
+
+
+async def test_browser_and_rebound_host_requests_are_refused(http):
+    """A page in the developer's browser may send to 127.0.0.1 (with an Origin header) or, after DNS
+    rebinding, with its own host name in Host: both are 403, and nothing is decided or published."""
+    client, svc, out = await http()
+    check = {**AGENT, "tool_name": "read"}
+    r = await client.post("/v1/check", json=check, headers={"Origin": "https://evil.example"})
+    assert r.status == 403
+    r = await client.post("/v1/run_end", json=AGENT, headers={"Host": "evil.example:7766"})
+    assert r.status == 403
+    for host in ("127.0.0.1:7766", "localhost:7766", "[::1]:7766", "localhost"):
+        r = await client.post("/v1/check", json=check, headers={"Host": host})
+        assert r.status == 200, host
+    assert svc.stats.forbidden == 2 and svc.client.stats.checks == 4
