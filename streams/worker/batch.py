@@ -25,6 +25,7 @@ import msgspec
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.incident_block import IncidentBoard
 from loopwarden.detection.published import verdict_for, violation_for
+from loopwarden.kafka.records import unreadable
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, Event, EventDecodeError, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
@@ -196,11 +197,14 @@ class _Batch:
         self.outgoing.append(Outgoing(self.limits.dead_letter_topic, msg.key, value, f"{topic}:{partition}:{offset}"))
 
     def screen(self, msg: Record) -> Event | None:
-        """1. The record's event, bounded in size and depth and decoded; a dead letter if it is none."""
+        """1. The record's event, bounded in size and depth and decoded; a dead letter if it is none
+        (reason ``unreadable`` for the mark of a record aiokafka could not parse)."""
         limits = self.limits
         try:
             event = screen(msg.value, limits.max_event_bytes, limits.max_depth)
         except EventDecodeError as exc:
+            if exc.reason == "empty" and (why := unreadable(msg.key, msg.value, getattr(msg, "headers", None))):
+                exc = EventDecodeError("unreadable", why)  # the mark of a record aiokafka could not parse
             self.dead_letter(msg, exc)
             return None
         self.counts.types[_TAGS[type(event)]] += 1

@@ -166,8 +166,19 @@ class FleetRuntime:
         for r in records:
             self.metrics.incidents.labels(r.state).inc()
 
+    def _read_signal(self, partition: int, raw: bytes | None) -> Any:
+        """The signal a repartition record holds, or None (counted, logged): a record that is not one
+        (garbage, JSON nested past msgspec's bound, the mark of a record aiokafka could not parse)
+        is skipped, never raised out of the agent, which would stop the worker."""
+        try:
+            return decode_signal(raw)  # type: ignore[arg-type]
+        except (msgspec.DecodeError, TypeError, RecursionError) as exc:
+            self.metrics.fleet_skipped.inc()
+            log.warning("fleet record on partition %s skipped: %s", partition, f"{type(exc).__name__}: {exc}"[:300])
+            return None
+
     async def on_signature(self, partition: int, key: bytes, raw: bytes) -> None:
-        signal = decode_signal(raw)
+        signal = self._read_signal(partition, raw)
         if not isinstance(signal, JoinSignal):
             return
         if signal.ts > self.watermark:
@@ -180,7 +191,7 @@ class FleetRuntime:
         await self.signatures.write([(partition, key, incidents.encode_state(st))])
 
     async def on_session(self, partition: int, key: bytes, raw: bytes) -> None:
-        run = decode_signal(raw)
+        run = self._read_signal(partition, raw)
         if not isinstance(run, FinishedRun):
             return
         stored = self.sessions.get(partition, key)
@@ -281,7 +292,8 @@ class FleetRuntime:
                             continue
                         try:
                             self.board.apply(decode_incident(record.value))
-                        except Exception:  # not ours: ignore, never stop the feed
+                        except Exception:  # not ours (or unreadable, or too deep): ignore, never stop the feed
+                            self.metrics.fleet_skipped.inc()
                             log.warning("incident record at %s:%s ignored", record.partition, record.offset)
                 self.board_loaded.set()
         finally:
