@@ -68,4 +68,8 @@ def encode_batch(records: Sequence[RawRecord], compression: int = 0) -> bytes:
 
 async def send_batch(producer: object, topic: str, partition: int, batch: bytes) -> None:
     """Publish a batch built by :func:`encode_batch` as it is, through a started aiokafka producer."""
-    await (await producer.send_batch(raw_batch(producer, batch), topic, partition=partition))  # type: ignore[attr-defined]
+    await (
+        await producer.send_batch(
+            raw_batch(producer, batch, struct.unpack_from(">i", batch, 57)[0]), topic, partition=partition
+        )
+    )  # type: ignore[attr-defined]

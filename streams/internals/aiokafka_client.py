@@ -3,7 +3,7 @@
 Private names used (aiokafka < 0.15; checked by tests/unit/test_internals_contract.py):
 ``AIOKafkaConsumer._client`` (``fetch_all_metadata``, ``close``) and
 ``Fetcher._pending_tasks`` (via ``AIOKafkaConsumer._fetcher``), and
-``BatchBuilder._buffer`` (dev tools: a batch sent byte for byte).
+``BatchBuilder._buffer`` / ``_relative_offset`` (dev tools: a batch sent byte for byte).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ async def close_connections(consumer: Any) -> None:
     await consumer._client.close()
 
 
-def raw_batch(producer: Any, data: bytes) -> Any:
-    """A producer batch whose bytes are ``data`` as given (a dev tool's hostile records;
-    ``BatchBuilder._buffer`` is what the sender sends once the batch is built)."""
+def raw_batch(producer: Any, data: bytes, records: int) -> Any:
+    """A producer batch whose bytes are ``data`` as given (a dev tool's hostile records):
+    ``BatchBuilder._buffer`` is what the sender sends once built, ``_relative_offset`` its record
+    count (a batch counted empty is never sent)."""
     batch = producer.create_batch()
     batch._buffer = data
+    batch._relative_offset = records
     return batch

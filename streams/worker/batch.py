@@ -161,6 +161,9 @@ class _Batch:
         "board",
         "after_step",
         "sampler",
+        "max_bytes",
+        "max_depth",
+        "ack_timeout",
         "counts",
         "outgoing",
         "values",
@@ -182,6 +185,7 @@ class _Batch:
     ) -> None:
         self.read, self.fleet, self.limits, self.tool_label = read, fleet, limits, tool_label
         self.now, self.sampler, self.board, self.after_step = now, sampler, board, after_step
+        self.max_bytes, self.max_depth, self.ack_timeout = limits.max_event_bytes, limits.max_depth, limits.ack_timeout
         self.counts = Counts()
         self.outgoing: list[Outgoing] = []
         self.values: dict[Slot, RunValue | None] = {}  # this batch's view of each touched run
@@ -199,9 +203,8 @@ class _Batch:
     def screen(self, msg: Record) -> Event | None:
         """1. The record's event, bounded in size and depth and decoded; a dead letter if it is none
         (reason ``unreadable`` for the mark of a record aiokafka could not parse)."""
-        limits = self.limits
         try:
-            event = screen(msg.value, limits.max_event_bytes, limits.max_depth)
+            event = screen(msg.value, self.max_bytes, self.max_depth)
         except EventDecodeError as exc:
             if exc.reason == "empty" and (why := unreadable(msg.key, msg.value, getattr(msg, "headers", None))):
                 exc = EventDecodeError("unreadable", why)  # the mark of a record aiokafka could not parse
@@ -260,7 +263,7 @@ class _Batch:
             # positional: this runs once per event (state, event, config, ext, now, origin, name_origin,
             # ack_timeout, board)
             d = decide_event(
-                state_in, event, known[2], known[3], self.now, msg, record_source, self.limits.ack_timeout, self.board
+                state_in, event, known[2], known[3], self.now, msg, record_source, self.ack_timeout, self.board
             )
         except Exception as exc:  # an engine bug must not stop the fleet's stream
             log.exception("step() failed at %s", record_source(msg))

@@ -204,3 +204,4 @@ def test_aiokafka_record_parsing_internals_the_parse_guard_uses():
     for name in ("_buffer", "_pos", "_next_record_index", "_num_records"):
         assert f"self.{name}" in init
     assert "self._buffer" in inspect.getsource(BatchBuilder._build)
+    assert "self._relative_offset" in inspect.getsource(BatchBuilder.record_count)
