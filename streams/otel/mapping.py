@@ -32,6 +32,7 @@ MAX_DEPTH = 64  # as the worker's max_depth: deeper JSON is kept as text
 SPAN_DEAD_LETTER_REASONS = (
     "otel_bad_request",  # not a trace export request in the configured encoding
     "otel_too_many_spans",  # more spans in one record than max_spans
+    "otel_too_many_values",  # more messages/JSON values in one record than spans.MAX_MESSAGES (counted first)
     "otel_bad_span",  # a tool span without a valid trace id or span id
     "otel_no_tool_name",  # a tool span that names no tool
     "otel_no_arguments",  # a tool span without its arguments (content capture off)

@@ -26,7 +26,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BAD_HEADER = encode_batch([(None, b'{"type": "tool_call"}', [(b"\xff\xfe", b"x")])])
 DEEP = b"[" * 1000 + b"]" * 1000
-LOOP = {"type": "tool_call", "agent_id": "a1", "session_id": "s1", "run_id": "r1", "tool_name": "read"}
+LOOP = {
+    "type": "tool_call",
+    "agent_id": "a1",
+    "session_id": "s1",
+    "run_id": "r1",
+    "tool_name": "read",
+    "params": {"path": "/x"},
+}
 
 
 async def topics(tansu: str, names) -> None:
@@ -60,7 +67,7 @@ def test_worker_reads_past_unreadable_and_deep_records_on_its_config_and_events_
     asyncio.run(topics(tansu, names))
     # The config topic first: before the fix every worker exited at start, before any signature check.
     asyncio.run(raw(tansu, names.config))
-    asyncio.run(produce(tansu, names.config, [(b"*", DEEP), (b"a1", json.dumps({"warningThreshold": 3}).encode())]))
+    asyncio.run(produce(tansu, names.config, [(b"*", DEEP), (b"a1", json.dumps({"historySize": 40}).encode())]))
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
     worker = workers(names, config=config)
@@ -71,14 +78,14 @@ def test_worker_reads_past_unreadable_and_deep_records_on_its_config_and_events_
     partition = first[0][0]
     asyncio.run(raw(tansu, names.events, partition))
     bad = (partition, first[0][1] + 1)  # nothing else writes the test's topic
-    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(4)]
+    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(11)]
     rest = asyncio.run(produce(tansu, names.events, later))
 
     letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1)
     (letter,) = [json.loads(r.value) for r in letters]
     assert letter["reason"] == "unreadable" and "UnicodeDecodeError" in letter["detail"]
     assert (letter["topic"], letter["partition"], letter["offset"]) == (names.events, *bad)
-    # The config record past the bad ones is in force: the run's third identical call warns.
+    # The run's events around the bad record are all read: its 10th identical call warns.
     verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
     assert [v["level"] for _, v in verdicts][:1] == ["warning"]
     wait_committed(tansu, names.app_id, names.events, first + [bad] + rest)  # the offset moved past it
@@ -98,6 +105,7 @@ def test_runner_listener_and_config_feed_read_past_unreadable_and_deep_records(t
     asyncio.run(topics(tansu, names))
     settings = ClientSettings(bootstrap=tansu, control_topic=names.control, config_topic=names.config)
     verdict = {
+        "type": "verdict",
         "verdict_id": "v1",
         "action": "warn",
         "agent_id": "a1",
