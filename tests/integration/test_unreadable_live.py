@@ -21,19 +21,12 @@ from loopwarden.kafka.admin import ensure_topics
 from loopwarden.worker.settings import from_sources
 
 from .support import collect, decode_verdicts, produce, wait_committed
+from .test_bad_input import LOOP
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BAD_HEADER = encode_batch([(None, b'{"type": "tool_call"}', [(b"\xff\xfe", b"x")])])
 DEEP = b"[" * 1000 + b"]" * 1000
-LOOP = {
-    "type": "tool_call",
-    "agent_id": "a1",
-    "session_id": "s1",
-    "run_id": "r1",
-    "tool_name": "read",
-    "params": {"path": "/x"},
-}
 
 
 async def topics(tansu: str, names) -> None:
