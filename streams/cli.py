@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from loopwarden import extra_hint
+
 COMMANDS = (
     ("replay", "loopwarden.replay"),
     ("config", "loopwarden.config_command"),
@@ -65,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra is None:
             raise
         print(
-            f"loopwarden {args.command} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
-            f"(from a clone: pip install '.[{extra}]')",
+            f"loopwarden {args.command} needs the '{extra}' extra: {extra_hint(extra)}",
             file=sys.stderr,
         )
         return 1
