@@ -73,10 +73,9 @@ def test_a_forged_mark_header_on_a_real_record_is_no_mark():
 def test_fleet_agents_skip_a_record_that_is_no_signal(raw):
     """A repartition record that is not a signal (the mark of an unreadable one, nesting past
     msgspec's bound, garbage) is counted and skipped: raised out of the agent, it stopped the worker."""
-    from loopwarden.worker.fleet_agent import FleetRuntime
+    from loopwarden.worker.fleet_agent import read_signal
     from loopwarden.worker.metrics import Metrics
 
-    rt = object.__new__(FleetRuntime)
-    rt.metrics = Metrics()
-    assert rt._read_signal(0, raw) is None
-    assert rt.metrics.fleet_skipped._value.get() == 1
+    metrics = Metrics()
+    assert read_signal(metrics, 0, raw) is None
+    assert metrics.fleet_skipped._value.get() == 1
