@@ -143,6 +143,7 @@ def record_source(msg: Record) -> str:
 # table key, resolved config and extensions, under (agent, session, run, origin).
 RunKeys = tuple[bytes, bytes, Any, Any]
 Slot = tuple[int, bytes]  # (partition, table key)
+APPLIED = object()  # read_run's answer for an event applied before (not None: a new run's state is None)
 
 
 class _Batch:
@@ -236,10 +237,10 @@ class _Batch:
                 return None
         return known
 
-    def read_run(self, msg: Record, event: Event, table_key: bytes) -> tuple[Slot, RunValue | None] | None:
-        """3. The run's value before this event (read once per batch); None for an event applied before
-        (at or below the value's offset: a replay after a crash or rebalance, its verdicts delivered then)."""
-        slot = (msg.partition, table_key)
+    def read_run(self, msg: Record, event: Event, slot: Slot) -> Any:
+        """3. The run's state before this event (its value read once per batch; None for a new run), or
+        :data:`APPLIED` for an event at or below the value's offset (a replay after a crash or
+        rebalance: its verdicts were delivered then)."""
         values = self.values
         if slot in values:
             value = values[slot]
@@ -247,10 +248,12 @@ class _Batch:
             value = values[slot] = self.read(*slot)
             if value is None:  # a run stored by a worker from before the agent id was in the key
                 value = values[slot] = adopt_legacy(self.read, msg.partition, event, slot, self.writes)
-        if value is not None and msg.offset <= value.offset:
-            self.counts.duplicates += 1
+        if value is None:
             return None
-        return slot, value
+        if msg.offset <= value.offset:
+            self.counts.duplicates += 1
+            return APPLIED
+        return value.state
 
     def decide(self, msg: Record, event: Event, known: RunKeys, slot: Slot, state_in: Any) -> EventDecision | None:
         """4. The event decided, its run's new value kept for the batch (``step()`` timed for a sample);
@@ -383,10 +386,9 @@ def apply_batch(
             continue
         if (known := key(msg, event)) is None:
             continue
-        if (run := read_run(msg, event, known[1])) is None:
+        slot = (msg.partition, known[1])
+        if (state_in := read_run(msg, event, slot)) is APPLIED:
             continue
-        slot, value = run
-        state_in = value.state if value is not None else None
         if (d := decide(msg, event, known, slot, state_in)) is None:
             continue
         publish(msg, event, known[0], state_in, d)
