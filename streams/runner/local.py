@@ -36,6 +36,7 @@ from loopwarden.detection.decision import decide_event
 from loopwarden.detection.engine import as_sibling_veto, commit_batch, open_batch, refuse_batch
 from loopwarden.detection.published import verdict_for
 from loopwarden.detection.state import decode_state, encode_state
+from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.outbox import Outage
@@ -207,6 +208,7 @@ class ConfigSource:
         self.base = base
         self.settings = settings
         self._on_update = on_update
+        install_parse_guard()  # the feed's consumer: a record aiokafka cannot parse is a mark, skipped
         self.feed = ConfigFeed(
             base,
             ",".join(settings.servers),
