@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+import time
 
 import aiohttp
 import pytest
@@ -218,6 +219,7 @@ async def test_a_worker_block_and_warning_answer_the_next_check(http):
     run_id = first["run_id"]
     key = run_id.encode()
     fields = {"agent_id": "a", "session_id": "s1", "run_id": run_id, "tool_name": "exec", "count": 7}
+    fields["event_ts"] = time.time()  # as a worker's: the time of the event it answers, during this run
     svc.client._on_verdict(
         key, Verdict(verdict_id="w-1", action="warn", detector="cross_run_repeat", level="warning", **fields)
     )
