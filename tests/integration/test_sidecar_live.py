@@ -24,8 +24,7 @@ from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
 
-from .support import REPO, Names, WorkerProcess, collect
-from .test_runner_outage import ensure
+from .support import REPO, Names, WorkerProcess, collect, ensure_topics_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -179,7 +178,7 @@ def test_the_unix_socket_serves_the_same_contract(stack):
 def test_a_service_whose_broker_dies_still_decides(tmp_path):
     names = Names("sidecardown")
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as broker:
-        asyncio.run(ensure(broker.bootstrap, names))
+        asyncio.run(ensure_topics_of(broker.bootstrap, names))
         service = SidecarProcess(
             [*sidecar_args(broker.bootstrap, names, CONFIG), "--socket", str(tmp_path / "s.sock")],
             log_path=tmp_path / "sidecar.log",
