@@ -44,8 +44,11 @@ def worker_out(events: list[dict]) -> list[tuple[str, dict]]:
 
 def replayed(events: list[dict]) -> list[tuple]:
     rows = replay_lines([json.dumps(e) for e in events], CONFIG, enforcement_rows=True)
-    return [(r.get("detector") or r.get("type"), r.get("action"), r.get("count"), r.get("shadow", False)) for r in rows
-            if r.get("emitted", True)]
+    return [
+        (r.get("detector") or r.get("type"), r.get("action"), r.get("count"), r.get("shadow", False))
+        for r in rows
+        if r.get("emitted", True)
+    ]
 
 
 def test_twenty_spans_naming_a_runner_run_do_not_block_its_first_call():
@@ -59,7 +62,12 @@ def test_twenty_spans_naming_a_runner_run_do_not_block_its_first_call():
 
 
 def test_a_run_end_from_spans_does_not_reset_a_runner_run():
-    loop = [e for i in range(15) for e in pair(i)] + [run_end("otel")] + [e for i in range(15, 20) for e in pair(i)] + [pair(20)[0]]
+    loop = (
+        [e for i in range(15) for e in pair(i)]
+        + [run_end("otel")]
+        + [e for i in range(15, 20) for e in pair(i)]
+        + [pair(20)[0]]
+    )
     ctl = [v for t, v in worker_out(loop) if t == "ctl" and v.get("type") == "verdict"]
     # the runner's run keeps its history: warned at 10, its 21st identical call blocked (20 identical outcomes)
     assert [(v["action"], v["count"]) for v in ctl] == [("warn", 10), ("block", 20)]
