@@ -23,8 +23,8 @@ import msgspec
 from loopwarden.detection import RunState
 from loopwarden.detection.state import RunStateV2, StoredCodec, pack, unpack
 from loopwarden.schemas.events import Event, legacy_state_key
-from loopwarden.schemas.extensions import OBSERVED_ORIGINS
 from loopwarden.schemas.events import state_key as event_state_key
+from loopwarden.schemas.extensions import OBSERVED_ORIGINS
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
 
 
