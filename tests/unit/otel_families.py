@@ -192,3 +192,35 @@ def pydantic_ai_own(scripts: dict[str, list[Step]]) -> dict[str, list]:
 def encoded(spans: list) -> bytes:
     """SDK spans as the ``otlp_proto`` record the Collector's Kafka exporter writes."""
     return export_request(spans).SerializeToString()
+
+
+def openclaw_attribute_set(scripts: dict[str, list[Step]], capture_content: bool) -> dict[str, list]:
+    """Spans under OpenClaw's documented diagnostics-otel attribute set (hand-written: the exporter is an
+    external plugin, not in the installed package). Per run an ``openclaw.run`` span, per tool call an
+    ``openclaw.tool.execution`` span: ``gen_ai.tool.name``, ``gen_ai.operation.name = execute_tool``,
+    ``gen_ai.tool.call.id``, ``openclaw.toolName``, ``openclaw.tool.source``; the arguments and result
+    (``gen_ai.tool.call.arguments`` / ``.result``, copies of ``openclaw.content.tool_input`` / ``_output``)
+    only with ``diagnostics.otel.captureContent`` (``toolInputs`` / ``toolOutputs``)."""
+    rec = Recorder("openclaw-gateway")
+    tracer = rec.provider.get_tracer("openclaw")
+    out = {}
+    for name, script in scripts.items():
+        with tracer.start_as_current_span("openclaw.run") as run:
+            run.set_attributes({"openclaw.outcome": "completed", "openclaw.provider": "scripted"})
+            for i, step in enumerate(script):
+                with tracer.start_as_current_span("openclaw.tool.execution") as span:
+                    attributes = {
+                        "gen_ai.tool.name": step.tool,
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.call.id": f"call_{i}",
+                        "openclaw.toolName": step.tool,
+                        "openclaw.tool.source": "builtin",
+                    }
+                    if capture_content:
+                        attributes["openclaw.content.tool_input"] = json.dumps(step.args)
+                        attributes["gen_ai.tool.call.arguments"] = json.dumps(step.args)
+                        attributes["openclaw.content.tool_output"] = step.result
+                        attributes["gen_ai.tool.call.result"] = step.result
+                    span.set_attributes(attributes)
+        out[name] = rec.take()
+    return out

@@ -110,3 +110,39 @@ def test_two_invocations_in_one_trace():
 def test_encoded_events_round_trip():
     lines = mapped_lines(spans_of("pydantic_ai")["poll"])
     assert [encode_event(decode_event(line)).decode() for line in lines] == lines
+
+
+@pytest.mark.parametrize("agent", sorted(fam.AGENTS))
+def test_openclaw_with_tool_content_captured(agent):
+    """OpenClaw's attribute set (hand-written from its documentation: its exporter is a plugin not installed
+    here) with ``captureContent`` on: exact."""
+    spans = fam.openclaw_attribute_set({agent: fam.AGENTS[agent]}, capture_content=True)[agent]
+    native = verdicts(fam.native_events(fam.AGENTS[agent], origin="otel"))
+    lines = mapped_lines(spans)
+    assert verdicts(lines) == native
+    events = [json.loads(line) for line in lines]
+    assert events[-1]["type"] == "run_end" and len({(e["agent_id"], e["run_id"]) for e in events}) == 1
+
+
+def test_a_family_without_arguments_is_said_once_and_counted(caplog):
+    """OpenClaw's default export has no arguments: each tool span is dead-lettered, counted as inexact for
+    the family, and the log says so once."""
+    spans = fam.openclaw_attribute_set({"stuck": fam.AGENTS["stuck"]}, capture_content=False)["stuck"]
+    counts = SpanCounts()
+    record = Rec("otlp_spans", 0, 0, None, fam.encoded(spans))
+    with caplog.at_level("WARNING", logger="loopwarden.otel.ingest"):
+        out = translate(record, SpanSettings(), counts) + translate(record, SpanSettings(), counts)
+    assert counts.dead["otel_no_arguments"] == counts.inexact["openclaw:no_arguments"] == 2 * 21
+    assert [o.topic for o in out].count("agent.events") == 2  # the run still ends
+    said = [r.getMessage() for r in caplog.records if "openclaw" in r.getMessage()]
+    assert len(said) == 1 and "no arguments" in said[0]
+
+
+def test_a_bare_argument_without_its_listed_call_is_counted():
+    """An OpenInference LangChain tool span whose tools-node span is in another record: its arguments are the
+    bare value (not the runner's), and that is counted for the family."""
+    spans = [s for s in spans_of("openinference_langchain")["healthy"] if s.name != "tools"]
+    counts = SpanCounts()
+    events = [json.loads(line) for line in mapped_lines(spans, counts)]
+    assert counts.inexact["openinference:bare_arguments"] == len(fam.AGENTS["healthy"])
+    assert [e["params"] for e in events if e["type"] == "tool_call"][:2] == ["item 0", "item 1"]
