@@ -56,14 +56,15 @@ RESULT = (
     "output.value",
     "traceloop.entity.output",
 )
-AGENT = ("gen_ai.agent.name", "gen_ai.agent.id", "agent.name", "agent_name", "traceloop.workflow.name")
-SESSION = (
-    "gen_ai.conversation.id",
-    "session.id",
-    "traceloop.association.properties.session_id",
-    # OpenLLMetry's LangGraph thread: on its tool spans, the root's gen_ai.conversation.id is the same thread
-    "traceloop.association.properties.thread_id",
+AGENT = (
+    "gen_ai.agent.name",
+    "gen_ai.agent.id",
+    "agent.name",
+    "agent_name",
+    "traceloop.workflow.name",
+    "gen_ai.workflow.name",  # Google ADK's root `invoke_workflow` span: the root agent's name
 )
+SESSION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")  # with a run id
 RUN = ("gen_ai.agent.call.id",)  # PydanticAI's run id; else the trace id
 DEFAULT_AGENT = "otel"
 
@@ -108,7 +109,7 @@ def family(span: Span) -> str:
         return "openllmetry"
     if "openinference.span.kind" in a:
         return "openinference"
-    if "gcp.vertex.agent.tool_call_args" in a or "gcp.vertex.agent.tool_response" in a:
+    if "gcp.vertex.agent.event_id" in a or "gcp.vertex.agent.tool_call_args" in a:
         return "google_adk"
     if span.name == "openclaw.tool.execution":
         return "openclaw"
@@ -176,7 +177,7 @@ def _tool_attributes(a: dict[str, Any]) -> bool:
 
 
 def _agent_attributes(name: str, a: dict[str, Any]) -> bool:
-    if a.get("gen_ai.operation.name") == "invoke_agent":
+    if a.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow"):  # ADK's root: invoke_workflow
         return True
     if name == "agent run" and "agent_name" in a:  # PydanticAI before instrumentation version 3
         return True
@@ -265,6 +266,15 @@ def _tool_message(value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
+def _adk_result(value: Any) -> Any:
+    """Google ADK records a tool's return value that is not a dict as ``{"result": <value>}``: the value."""
+    parsed = _json_object(value)
+    if parsed is not None and len(parsed) == 1 and "result" in parsed:
+        inner = parsed["result"]
+        return inner if isinstance(inner, str) else msgspec.json.encode(inner).decode()
+    return value
+
+
 def _content(content: Any) -> Any:
     """A tool message's content: text as text, anything else (content blocks) as its JSON."""
     return content if isinstance(content, str) else msgspec.json.encode(content).decode()
@@ -324,8 +334,13 @@ def run_ids(span: Span) -> RunIds:
     """Agent, session and run of a span: the names and ids it carries, else its trace."""
     a = span.attributes
     agent = _text(_first(a, AGENT)) or _text(span.resource.get("service.name")) or DEFAULT_AGENT
+    run = _text(_first(a, RUN))
+    if run is None:
+        # A run named by its trace is the trace's in every way: instrumentations put the conversation on
+        # the root span only (OpenLLMetry, Google ADK) or on every span (OpenInference), so a session taken
+        # from the spans would file the run end and the tool events under different runs.
+        return RunIds(agent_id=agent, session_id=span.trace_id, run_id=span.trace_id)
     session = _text(_first(a, SESSION)) or span.trace_id
-    run = _text(_first(a, RUN)) or span.trace_id
     return RunIds(agent_id=agent, session_id=session, run_id=run)
 
 
@@ -403,6 +418,8 @@ def map_tool_span(
         args = _openllmetry_input(args)
     result_from, result_value = _source(a, RESULT)
     result_value, message_call_id = _tool_message(result_value)
+    if "gcp.vertex.agent.event_id" in a:
+        result_value = _adk_result(result_value)
     call_id = call_id or payload_call_id or message_call_id
     gaps: tuple[str, ...] = ()
     if _kind(a, "openinference.span.kind") == "tool":

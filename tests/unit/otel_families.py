@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+from functools import cache
 from typing import Any
 
 import msgspec
@@ -224,3 +226,65 @@ def openclaw_attribute_set(scripts: dict[str, list[Step]], capture_content: bool
                     span.set_attributes(attributes)
         out[name] = rec.take()
     return out
+
+
+@cache
+def _global_recorder() -> Recorder:
+    """Google ADK traces through the global tracer provider, which can be set once per process."""
+    from opentelemetry import trace
+
+    rec = Recorder("adk-fleet")
+    trace.set_tracer_provider(rec.provider)
+    return rec
+
+
+def google_adk_own(scripts: dict[str, list[Step]]) -> dict[str, list]:
+    """Google ADK's own spans, content captured as its docs say (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
+    =SPAN_ONLY``; ADK 2 puts ``gen_ai.tool.call.arguments`` / ``.result`` on its tool spans only then)."""
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    rec = _global_recorder()
+    rec.take()
+    out = {}
+    saved = os.environ.get(ADK_CONTENT)
+    os.environ[ADK_CONTENT] = "SPAN_ONLY"
+    try:
+        for name, script in scripts.items():
+            results = Results(script)
+
+            class Scripted(BaseLlm):
+                n: int = 0
+
+                async def generate_content_async(self, llm_request, stream=False, script=script):
+                    i, self.n = self.n, self.n + 1
+                    if i < len(script):
+                        call = types.FunctionCall(name=script[i].tool, args=script[i].args, id=f"call_{i}")
+                        part = types.Part(function_call=call)
+                    else:
+                        part = types.Part(text="done")
+                    yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+            agent = LlmAgent(name=f"adk_{name}", model=Scripted(model="scripted"), tools=functions(results))
+            runner = InMemoryRunner(agent=agent, app_name="fleet")
+
+            async def run(runner=runner) -> None:
+                session = await runner.session_service.create_session(app_name="fleet", user_id="u")
+                message = types.Content(role="user", parts=[types.Part(text="go")])
+                async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+                    pass
+
+            asyncio.run(run())
+            out[name] = rec.take()
+    finally:
+        if saved is None:
+            os.environ.pop(ADK_CONTENT, None)
+        else:
+            os.environ[ADK_CONTENT] = saved
+    return out
+
+
+ADK_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -31,6 +31,7 @@ FAMILIES = {
     "openllmetry_langchain": ("opentelemetry.instrumentation.langchain", fam.openllmetry_langchain),
     "openinference_openai_agents": ("openinference.instrumentation.openai_agents", fam.openinference_openai_agents),
     "pydantic_ai": ("pydantic_ai", fam.pydantic_ai_own),
+    "google_adk": ("google.adk", fam.google_adk_own),
 }
 
 

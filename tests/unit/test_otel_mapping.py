@@ -79,7 +79,8 @@ def test_openinference_spans(encoding):
     ]
     trace = events[0]["run_id"]
     assert len(trace) == 32  # no run id on these spans: the trace is the run
-    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("support", "sess-oi-1", trace)}
+    # a run named by its trace is the trace's, session included (OTEL.md, "Run identity")
+    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("support", trace, trace)}
     assert [e.get("tool_call_id") for e in events[:8:2]] == ["call_oi_0", "call_oi_1", "call_oi_2", None]
 
 
@@ -90,7 +91,8 @@ def test_openllmetry_spans(encoding):
     call = ("tool_call", "search", {"query": "loopwarden"}, None, None)
     result = ("tool_result", "search", {"query": "loopwarden"}, "no results", None)
     assert brief(events) == [call, result] * 2 + [("run_end", None, None, None, None)]
-    assert {(e["agent_id"], e["session_id"]) for e in events} == {("research", "sess-ol-1")}
+    trace = events[0]["run_id"]
+    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("research", trace, trace)}
 
 
 def test_both_encodings_give_the_same_events():
