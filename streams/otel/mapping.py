@@ -220,8 +220,8 @@ def as_payload(value: Any, max_bytes: int, json_text: bool = False) -> Raw:
 
 def _json_object(value: Any) -> Any:
     """``value`` parsed when it is JSON text of an object, else None."""
-    if not isinstance(value, str) or not value.startswith("{") or value.count("{") + value.count("[") > MAX_DEPTH:
-        return None
+    if not isinstance(value, str) or not value.startswith("{"):
+        return None  # (msgspec's decoder bounds nesting itself: RecursionError, caught)
     try:
         parsed = msgspec.json.decode(value)
     except (msgspec.DecodeError, RecursionError):
@@ -413,16 +413,20 @@ def map_tool_span(
             span=span,
         )
     call_id = _text(_first(a, CALL_ID))
-    args, payload_call_id = _callback_payload(args)
+    openllmetry, openinference = "traceloop.span.kind" in a, "openinference.span.kind" in a
+    payload_call_id = message_call_id = None
+    if openllmetry:
+        args, payload_call_id = _callback_payload(args)
     if args_from == "traceloop.entity.input":
         args = _openllmetry_input(args)
     result_from, result_value = _source(a, RESULT)
-    result_value, message_call_id = _tool_message(result_value)
+    if openllmetry or openinference:  # LangChain's tool message, recorded whole
+        result_value, message_call_id = _tool_message(result_value)
     if "gcp.vertex.agent.event_id" in a:
         result_value = _adk_result(result_value)
     call_id = call_id or payload_call_id or message_call_id
     gaps: tuple[str, ...] = ()
-    if _kind(a, "openinference.span.kind") == "tool":
+    if openinference:
         found = listed.find(span, tool, call_id)
         if found is not None:  # the model's own arguments (a one-argument tool's span has the bare value)
             args, args_from = msgspec.json.encode(found).decode(), ""
