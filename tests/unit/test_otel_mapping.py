@@ -316,3 +316,39 @@ def test_only_tool_and_agent_spans_are_kept_but_all_count_against_the_limit(enco
     assert len(kept) == 4 < len(every) == 8
     with pytest.raises(SpanDecodeError):
         decode_spans(raw, encoding, LIMIT, 7, keep=relevant)
+
+
+def _tool_span(attributes: dict):
+    from loopwarden.otel.spans import Span
+
+    return Span(
+        trace_id="ab" * 16,
+        span_id="cd" * 8,
+        parent_span_id="",
+        name="execute_tool lookup",
+        start_ns=1,
+        end_ns=2,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", **attributes},
+        status_code=0,
+        status_message="",
+        events=[],
+        resource={},
+    )
+
+
+def test_wrappers_are_taken_off_only_for_the_families_that_wrap():
+    from loopwarden.otel.mapping import map_tool_span
+
+    message = '{"type": "tool", "data": {"content": "x", "tool_call_id": "c1"}}'
+    payload = '{"input_str": "q", "inputs": {"q": "job"}, "kwargs": {"tool_call_id": "c1"}}'
+    plain = map_tool_span(_tool_span({"gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}))
+    # a GenAI span (PydanticAI, contrib): a tool may return such JSON itself; taken as it is
+    assert json.loads(bytes(plain.call.params)) == json.loads(payload)
+    assert json.loads(bytes(plain.result.result)) == json.loads(message) and plain.call.tool_call_id is None
+    wrapped = map_tool_span(
+        _tool_span(
+            {"traceloop.span.kind": "tool", "gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}
+        )
+    )
+    assert json.loads(bytes(wrapped.call.params)) == {"q": "job"}
+    assert json.loads(bytes(wrapped.result.result)) == "x" and wrapped.call.tool_call_id == "c1"
