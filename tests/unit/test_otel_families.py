@@ -25,6 +25,8 @@ from loopwarden.schemas.events import decode_event, encode_event  # noqa: E402
 from tests.unit import otel_families as fam  # noqa: E402
 from tests.unit.helpers import Rec  # noqa: E402
 
+pytestmark = pytest.mark.slow  # about 30 s: it imports and runs five frameworks
+
 CONFIG = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}})  # OpenClaw's defaults
 FAMILIES = {
     "openinference_langchain": ("openinference.instrumentation.langchain", fam.openinference_langchain),
