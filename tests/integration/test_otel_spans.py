@@ -321,3 +321,33 @@ def test_spans_naming_a_runner_run_cannot_steer_it(tansu, worker, tmp_path):
         assert all(v["origin"] == "otel" for v in shadow if v["run_id"] in (first_run, looping_run))
     finally:
         assert spans.stop() == 0
+
+
+def test_real_langchain_spans_through_a_worker(tansu, worker, tmp_path):
+    """OpenLLMetry's LangChain instrumentation (the family whose stuck agent got no verdict before): a stuck
+    agent's real spans, through ``loopwarden spans`` and the worker, give the native events' verdicts; its run
+    ends (the run end and the tool events name one run)."""
+    pytest.importorskip("opentelemetry.instrumentation.langchain")
+    from tests.unit import otel_families as fam
+
+    names = worker.names
+    spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
+    script = fam.AGENTS["stuck"]
+    raw = fam.encoded(fam.openllmetry_langchain({"stuck": script})["stuck"])
+    asyncio.run(produce(tansu, spans_topic, [(None, raw)]))
+    native = rows(fam.native_events(script, origin="otel"), FleetConfig.from_document(CONFIG))
+    keep = ("detector", "level", "count", "action", "warning_key", "tool_name")
+    spans = SpansProcess(tansu, worker, spans_topic, tmp_path / "spans.log")
+    try:
+        events = [json.loads(o.value) for o in translate(Rec(spans_topic, 0, 0, None, raw), SpanSettings())]
+        run = events[0]["run_id"]
+        assert events[-1]["type"] == "run_end" and {e["run_id"] for e in events} == {run}
+
+        def mine(recs) -> list[dict]:
+            return [v for _, v in decode_verdicts(recs) if v["run_id"] == run]
+
+        got = mine(collect(tansu, names.shadow, lambda recs: len(mine(recs)) >= len(native), timeout=90))
+        assert [[v[k] for k in keep] for v in got] == [[r[k] for k in keep] for r in native]
+        assert all(v["shadow"] is True and v["origin"] == "otel" for v in got)
+    finally:
+        assert spans.stop() == 0
