@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from loopwarden.schemas import sidecar
 from loopwarden.schemas.events import Event
 from loopwarden.schemas.fleet import Incident
 from loopwarden.schemas.verdicts import DeadLetter, Verdict, VerdictViolation
@@ -23,7 +24,22 @@ SCHEMAS = {
     "verdict-violation.schema.json": (VerdictViolation, "A verdict_violation on agent.loop-control (runners skip it)"),
     "dead-letter.schema.json": (DeadLetter, "A dead letter on loopwarden.dead-letter (raw is base64)"),
     "incident.schema.json": (Incident, "A fleet incident record on agent.loop-incidents"),
+    "sidecar.schema.json": (None, "The local decision service's HTTP/JSON bodies (loopwarden sidecar, /v1/)"),
 }
+
+
+def _sidecar_schema() -> dict:
+    """Every request and answer of the local decision service in ``$defs``; ``x-endpoints`` maps each
+    endpoint to its request and answer definitions."""
+    refs, defs = msgspec.json.schema_components(sidecar.REQUESTS + sidecar.RESPONSES)
+    endpoints = {
+        route: {
+            "request": None if request is None else f"#/$defs/{request}",
+            "response": f"#/$defs/{response}",
+        }
+        for route, (request, response) in sidecar.ENDPOINTS.items()
+    }
+    return {"$defs": defs, "anyOf": refs, "x-endpoints": endpoints}
 
 
 def render() -> dict[str, str]:
@@ -31,7 +47,7 @@ def render() -> dict[str, str]:
     out = {}
     for name, (type_, title) in SCHEMAS.items():
         schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title}
-        schema.update(msgspec.json.schema(type_))
+        schema.update(_sidecar_schema() if type_ is None else msgspec.json.schema(type_))
         out[name] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return out
 

@@ -8,9 +8,12 @@ install (no worker extra) still has a working ``loopwarden replay``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 from loopwarden import extra_hint
 
@@ -21,10 +24,13 @@ COMMANDS = (
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
+    ("mcp", "loopwarden.mcpgate.command"),
+    ("sidecar", "loopwarden.sidecar.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
     ("up", "loopwarden.devtools.up"),
     ("bench", "loopwarden.bench.command"),
+    ("hook", "loopwarden.hooks.command"),
 )
 
 
@@ -38,7 +44,11 @@ EXTRA_OF_MODULE = {
     "rich": "devtools",
     "matplotlib": "plot",
     "opentelemetry": "otel",
+    "aiohttp": "sidecar",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
 }
 
 
@@ -48,6 +58,8 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="loopwarden",
         description="Fleet-wide tool-call loop detection for AI agents (OpenClaw tools.loopDetection).",
@@ -59,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hook"]:  # the coding agents' hot path: no argparse, no other command's module
+        from loopwarden.hooks.command import main as hook_main
+
+        return hook_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

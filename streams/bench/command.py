@@ -20,11 +20,13 @@ TARGETS = {
         "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait",
     ),
     "spans": ("loopwarden.bench.spans", "loopwarden spans: OTLP records translated into events, against parsing alone"),
+    "mcp": ("loopwarden.bench.mcp", "the time loopwarden mcp adds per tools/call, against a direct call"),
     "config": ("loopwarden.bench.config", "per-agent config records applied per second at fleet scale (100k)"),
     "screening": ("loopwarden.bench.screening", "µs per KB of hostile records through the worker's screen"),
     "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
     "state": ("loopwarden.bench.state", "a run's stored value: bytes, decoded memory, encode/decode µs per run"),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
+    "hook": ("loopwarden.bench.hook", "one `loopwarden hook` run as a coding agent starts it, service up and down"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
 }
 
@@ -32,8 +34,8 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, state, "
-        "soak, all)",
+        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, mcp, config, screening, signing, "
+        "state, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

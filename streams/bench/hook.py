@@ -1,0 +1,127 @@
+"""Wall time of one ``loopwarden hook`` run, as a host starts it: process start to exit, service up and down.
+
+Hyperfine-style: each command runs ``--runs`` times after ``--warmup`` runs, a fresh
+process each time, with a PreToolUse input on stdin (a different call each time: a
+healthy session, so the service answers ``allow`` after a full check). Beside it, the
+floor: a bare interpreter start (``python -S -c pass``, ``python -c pass``). The service
+is a ``loopwarden sidecar`` started here on a free port (no broker: it decides locally),
+or ``--url`` of one already running; "down" points the hook at a port nobody listens on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loopwarden.bench.stats import percentile
+
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=int, default=40, help="timed runs per command (default 40)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--host", default="claude-code", choices=("claude-code", "codex", "gemini", "cursor"))
+    p.add_argument("--config", type=Path, default=REPO_CONFIG, help="the service's config (default: the repo's)")
+    p.add_argument("--url", help="a running decision service to use instead of starting one")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, deadline: float = 60.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"the service exited with {proc.returncode} before answering")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("the service did not answer /v1/health in time")
+
+
+def _input(host: str, i: int) -> bytes:
+    params = {"command": f"echo step {i}"}
+    if host == "gemini":
+        event = {"session_id": "bench", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command"}
+    elif host == "cursor":
+        event = {
+            "conversation_id": "bench",
+            "generation_id": "g",
+            "hook_event_name": "preToolUse",
+            "tool_name": "Shell",
+        }
+    else:
+        event = {"session_id": "bench", "prompt_id": "p", "turn_id": "t", "hook_event_name": "PreToolUse"}
+        event |= {"tool_name": "Bash", "tool_use_id": f"toolu_{i}"}
+    return json.dumps(event | {"tool_input": params}).encode()
+
+
+def _time(argv: list[str], env: dict[str, str], runs: int, warmup: int, host: str) -> list[float]:
+    out = []
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, input=_input(host, i), env=env, capture_output=True)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+        if i >= warmup:
+            out.append(elapsed * 1000)
+    return sorted(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    py = sys.executable
+    script = str(Path(py).with_name("loopwarden"))
+    service = None
+    url = args.url
+    if url is None:
+        port = _free_port()
+        cmd = [script, "sidecar", "--config", str(args.config), "--host", "127.0.0.1", "--port", str(port)]
+        service = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_healthy(port, service)
+        url = f"http://127.0.0.1:{port}"
+    down = f"http://127.0.0.1:{_free_port()}"
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWARDEN_")}
+    rows = []
+    try:
+        floor = [("python -S -c pass", [py, "-S", "-c", "pass"]), ("python -c pass", [py, "-c", "pass"])]
+        for name, argv in floor:
+            rows.append((name, "-", _time(argv, base_env, args.runs, args.warmup, args.host)))
+        hooks = [
+            (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host]),
+            (f"loopwarden hook {args.host}", [script, "hook", args.host]),
+        ]
+        for state, target in (("up", url), ("down", down)):
+            env = base_env | {"LOOPWARDEN_SIDECAR_URL": target}
+            for name, argv in hooks:
+                rows.append((name, state, _time(argv, env, args.runs, args.warmup, args.host)))
+    finally:
+        if service is not None:
+            service.terminate()
+            service.wait(10)
+    load = os.getloadavg()[0]
+    print(
+        f"one hook run, process start to exit ({args.runs} runs each, load average {load:.2f}, {os.cpu_count()} CPUs)"
+    )
+    print(f"{'command':<40} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
+    for name, state, ms in rows:
+        print(f"{name:<40} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
+    floor_median = percentile(rows[1][2], 0.5)
+    for name, state, ms in rows[2:]:
+        print(f"{name} ({state}): median {percentile(ms, 0.5) - floor_median:+.1f} ms over a bare 'python -c pass'")
+    return 0

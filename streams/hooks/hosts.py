@@ -1,0 +1,214 @@
+"""Each host's hook contract: what its hook input means, and how it is answered.
+
+A host's hook JSON becomes a :class:`HookEvent` (session, run, call, tool, params,
+result); the service's decision becomes the host's own output: a deny with the verdict
+text as the reason the model reads, the warning as context the model sees, or the end of
+the session where the host allows it. Field names are those of the host versions the
+tests run (HOOKS.md and one page per host say which); Cursor's are from its documentation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+PROMPT, PRE, POST, STOP, COMPACT, OTHER = "prompt", "pre", "post", "stop", "compact", "other"
+
+
+class HookEvent:
+    """What one hook invocation reports, in the service's terms."""
+
+    __slots__ = ("kind", "name", "session_id", "run_id", "tool_name", "params", "call_id", "result", "error", "reason")
+
+    def __init__(self, kind: str, name: str, data: dict) -> None:
+        self.kind = kind
+        self.name = name
+        self.session_id = _text(data.get("session_id"))
+        self.run_id: str | None = None
+        self.tool_name = _text(data.get("tool_name"))
+        self.params = data.get("tool_input")
+        self.call_id = _text(data.get("tool_use_id"))
+        self.result: object = None
+        self.error: object = None
+        self.reason: str | None = None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class Host:
+    """The contract of one host. ``events`` maps its hook event names to our kinds."""
+
+    name = ""
+    events: dict[str, str] = {}
+    run_field: str | None = None  # the input field naming the run (one user prompt), if the host has one
+    warns_before = True  # the pre-call hook can hand the model context; else the warning goes with the result
+
+    def parse(self, data: dict) -> HookEvent:
+        name = str(data.get("hook_event_name") or "")
+        ev = HookEvent(self.events.get(name, OTHER), name, data)
+        if self.run_field:
+            ev.run_id = _text(data.get(self.run_field))
+        if ev.kind == POST:
+            self.outcome(ev, data)
+        elif ev.kind == COMPACT:
+            ev.reason = _text(data.get("trigger")) or "compaction"
+        return ev
+
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        if "error" in data and data["error"] not in (None, ""):
+            ev.error = data["error"]
+        else:
+            ev.result = data.get("tool_response")
+
+    # Answers; None prints nothing (the host goes on as it would without the hook).
+    def deny(self, ev: HookEvent, message: str) -> dict | None:
+        out = {"hookEventName": ev.name, "permissionDecision": "deny", "permissionDecisionReason": message}
+        return {"hookSpecificOutput": out}
+
+    def abort(self, ev: HookEvent, message: str) -> dict | None:
+        return {"continue": False, "stopReason": message} | (self.deny(ev, message) or {})
+
+    def context(self, ev: HookEvent, message: str) -> dict | None:
+        return {"hookSpecificOutput": {"hookEventName": ev.name, "additionalContext": message}}
+
+    def prompt_answer(self) -> dict | None:
+        return None
+
+
+class ClaudeCode(Host):
+    """Claude Code: ``prompt_id`` names the user prompt on every hook of its run; the
+    model's ``tool_use_id`` is the call id. Deny and context at PreToolUse; ``continue:
+    false`` ends the session from any hook."""
+
+    name = "claude-code"
+    run_field = "prompt_id"
+    events = {
+        "UserPromptSubmit": PROMPT,
+        "PreToolUse": PRE,
+        "PostToolUse": POST,
+        "PostToolUseFailure": POST,
+        "Stop": STOP,
+        "SessionEnd": STOP,
+        "PreCompact": COMPACT,
+    }
+
+
+class Codex(ClaudeCode):
+    """Codex CLI: Claude's shapes; ``turn_id`` names the user prompt. ``continue: false``
+    is refused at PreToolUse (the call would run), so an abort there is a deny: the run
+    stays aborted and every later call of it is denied too."""
+
+    name = "codex"
+    run_field = "turn_id"
+    events = {
+        "UserPromptSubmit": PROMPT,
+        "PreToolUse": PRE,
+        "PostToolUse": POST,
+        "Stop": STOP,
+        "PreCompact": COMPACT,
+    }
+
+    def abort(self, ev: HookEvent, message: str) -> dict | None:
+        if ev.kind == PRE:
+            return self.deny(ev, message)
+        return {"continue": False, "stopReason": message}
+
+
+_VOLATILE_SHELL_LINES = re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.MULTILINE)
+
+
+class Gemini(Host):
+    """Gemini CLI: no run and no call id in its hook input. ``BeforeAgent`` starts a run
+    (the service names it), and a result is paired with its check by tool and params.
+    BeforeTool cannot add context, so a warning goes with the call's result (AfterTool)."""
+
+    name = "gemini"
+    warns_before = False
+    events = {
+        "BeforeAgent": PROMPT,
+        "BeforeTool": PRE,
+        "AfterTool": POST,
+        "AfterAgent": STOP,
+        "SessionEnd": STOP,
+        "PreCompress": COMPACT,
+    }
+
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        response = data.get("tool_response")
+        error = response.get("error") if isinstance(response, dict) else None
+        if error:
+            ev.error = error
+            return
+        result = response.get("llmContent") if isinstance(response, dict) else response
+        if ev.tool_name == "run_shell_command" and isinstance(result, str):
+            # the shell tool names the process group it ran in: every run differs, so a command
+            # that keeps failing the same way would never have "identical outcomes"
+            result = _VOLATILE_SHELL_LINES.sub("", result)
+        ev.result = result
+
+    def deny(self, ev: HookEvent, message: str) -> dict | None:
+        return {"decision": "deny", "reason": message}
+
+    def abort(self, ev: HookEvent, message: str) -> dict | None:
+        return {"continue": False, "stopReason": message, "decision": "deny", "reason": message}
+
+
+class Cursor(Host):
+    """Cursor (from its documented contract; not installable here): ``conversation_id`` is
+    the session, ``generation_id`` the run. Deny with ``agent_message`` for the model;
+    a warning goes with the result (``postToolUse``'s ``additional_context``)."""
+
+    name = "cursor"
+    run_field = "generation_id"
+    warns_before = False
+    events = {
+        "beforeSubmitPrompt": PROMPT,
+        "preToolUse": PRE,
+        "beforeShellExecution": PRE,
+        "beforeMCPExecution": PRE,
+        "postToolUse": POST,
+        "postToolUseFailure": POST,
+        "afterShellExecution": POST,
+        "afterMCPExecution": POST,
+        "stop": STOP,
+        "sessionEnd": STOP,
+        "preCompact": COMPACT,
+    }
+
+    def parse(self, data: dict) -> HookEvent:
+        ev = super().parse(data)
+        ev.session_id = _text(data.get("conversation_id")) or ev.session_id
+        if ev.name in ("beforeShellExecution", "afterShellExecution"):
+            ev.tool_name, ev.params = "Shell", {"command": data.get("command")}
+        if isinstance(ev.params, str):  # MCP tool input arrives as a JSON string
+            try:
+                ev.params = json.loads(ev.params)
+            except ValueError:
+                pass
+        return ev
+
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        if data.get("error_message"):
+            ev.error = data["error_message"]
+            return
+        for field in ("tool_output", "output", "result_json"):
+            if field in data:
+                ev.result = data[field]
+                return
+
+    def deny(self, ev: HookEvent, message: str) -> dict | None:
+        return {"permission": "deny", "user_message": message, "agent_message": message}
+
+    def abort(self, ev: HookEvent, message: str) -> dict | None:
+        return self.deny(ev, message)
+
+    def context(self, ev: HookEvent, message: str) -> dict | None:
+        return {"additional_context": message} if ev.name == "postToolUse" else None
+
+    def prompt_answer(self) -> dict | None:
+        return {"continue": True}
+
+
+HOSTS: dict[str, Host] = {h.name: h for h in (ClaudeCode(), Codex(), Gemini(), Cursor())}

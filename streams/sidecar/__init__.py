@@ -1,0 +1,5 @@
+"""The local decision service (``loopwarden sidecar``): a runner client served over loopback HTTP/JSON.
+
+Imports neither the worker nor Faust: it runs on the core install plus aiohttp
+(the ``sidecar`` extra). See streams/sidecar/SIDECAR.md.
+"""

@@ -1,0 +1,369 @@
+"""``loopwarden hook HOST`` against the service's HTTP contract: what it asks, what it answers each host.
+
+The service here is a recording HTTP server that answers ``/v1/check`` with a scripted
+action (the real service is in tests/hosts/test_*.py with the real CLIs). Cursor cannot be
+installed here: its cases are its documented contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from loopwarden.hooks import install
+from loopwarden.hooks.command import run_hook
+
+
+class Recorder(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.seen: list[tuple[str, dict, dict]] = []  # (path, body, headers)
+        self.action = "allow"
+        self.warning: dict | None = None  # what /v1/result hands back: the call's check warned
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def paths(self) -> list[str]:
+        return [p for p, _, _ in self.seen]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Recorder
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.seen.append((self.path, body, dict(self.headers)))
+        if self.path == "/v1/check":
+            action = self.server.action
+            out = {
+                "action": action,
+                "proceed": action in ("allow", "warn"),
+                "detector": None if action == "allow" else "generic_repeat",
+                "count": 20,
+                "message": None if action == "allow" else f"{action.upper()}: stop repeating Bash",
+                "verdict_id": None if action == "allow" else "v-1",
+                "source": "local",
+                "failed_open": False,
+                "run_id": body.get("run_id") or "run-made-by-service",
+                "tool_call_id": body.get("tool_call_id") or "call-made-by-service",
+            }
+        elif self.path == "/v1/result":
+            out = {"ok": True, "paired": True, "warning": self.server.warning}
+        elif self.path == "/v1/run_start":
+            out = {"run_id": body.get("run_id") or "r-new"}
+        else:
+            out = {"ok": True}
+        data = json.dumps(out).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def service(monkeypatch: pytest.MonkeyPatch):
+    server = Recorder()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    monkeypatch.setenv("LOOPWARDEN_SIDECAR_URL", server.url)
+    monkeypatch.delenv("LOOPWARDEN_AGENT_ID", raising=False)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def hook(host: str, data: dict, *flags: str) -> tuple[dict | None, str]:
+    out, err = run_hook([host, *flags], json.dumps(data).encode())
+    return (json.loads(out) if out else None), err
+
+
+CLAUDE_PRE = {
+    "session_id": "s-1",
+    "prompt_id": "p-1",
+    "hook_event_name": "PreToolUse",
+    "tool_name": "Bash",
+    "tool_input": {"command": "make test"},
+    "tool_use_id": "toolu_1",
+}
+
+
+def test_claude_code_block_denies_with_the_verdict_text_and_acks_through_the_veto(service: Recorder) -> None:
+    service.action = "block"
+    out, err = hook("claude-code", CLAUDE_PRE)
+    assert out == {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": "BLOCK: stop repeating Bash",
+        }
+    }
+    assert err == ""
+    (_, check, _), (_, result, _) = service.seen
+    assert check == {
+        "agent_id": "claude-code",
+        "session_id": "s-1",
+        "run_id": "p-1",
+        "tool_name": "Bash",
+        "params": {"command": "make test"},
+        "tool_call_id": "toolu_1",
+    }
+    assert service.paths() == ["/v1/check", "/v1/result"]
+    assert result["tool_call_id"] == "toolu_1" and result["run_id"] == "p-1"
+    assert result["blocked"] is True and "result" not in result
+
+
+def test_claude_code_warn_is_context_for_the_model_and_acked(service: Recorder) -> None:
+    service.action = "warn"
+    out, _ = hook("claude-code", CLAUDE_PRE)
+    assert out == {
+        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "WARN: stop repeating Bash"}
+    }
+    assert service.paths() == ["/v1/check", "/v1/ack"]
+    assert service.seen[1][1] == {
+        "agent_id": "claude-code",
+        "session_id": "s-1",
+        "run_id": "p-1",
+        "verdict_id": "v-1",
+        "outcome": "applied",
+    }
+
+
+def test_claude_code_allow_prints_nothing_so_the_hosts_own_permissions_apply(service: Recorder) -> None:
+    assert hook("claude-code", CLAUDE_PRE) == (None, "")
+    assert service.paths() == ["/v1/check"]
+
+
+def test_claude_code_abort_ends_the_session(service: Recorder) -> None:
+    service.action = "abort"
+    out, _ = hook("claude-code", CLAUDE_PRE)
+    assert out is not None and out["continue"] is False and out["stopReason"] == "ABORT: stop repeating Bash"
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_and_errors(service: Recorder) -> None:
+    base = {"session_id": "s-1", "prompt_id": "p-2"}
+    assert hook("claude-code", base | {"hook_event_name": "UserPromptSubmit", "prompt": "fix it"}) == (None, "")
+    post = CLAUDE_PRE | base | {"hook_event_name": "PostToolUse", "tool_response": {"stdout": "ok"}}
+    hook("claude-code", post)
+    failure = CLAUDE_PRE | base | {"hook_event_name": "PostToolUseFailure", "error": "exit 2"}
+    hook("claude-code", failure)
+    hook("claude-code", base | {"hook_event_name": "Stop"})
+    hook("claude-code", base | {"hook_event_name": "PreCompact", "trigger": "auto"})
+    assert service.paths() == ["/v1/run_start", "/v1/result", "/v1/result", "/v1/run_end", "/v1/compaction"]
+    bodies = [b for _, b, _ in service.seen]
+    assert bodies[0] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
+    assert bodies[1]["result"] == {"stdout": "ok"} and "error" not in bodies[1]
+    assert bodies[1]["tool_call_id"] == "toolu_1" and bodies[1]["run_id"] == "p-2"
+    assert bodies[2]["error"] == "exit 2" and "result" not in bodies[2]
+    assert bodies[3] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
+    assert bodies[4]["reason"] == "auto"
+
+
+def test_agent_id_from_the_environment_or_the_flag(service: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPWARDEN_AGENT_ID", "alice-laptop")
+    hook("claude-code", CLAUDE_PRE)
+    hook("claude-code", CLAUDE_PRE, "--agent-id", "bob-laptop")
+    assert [b["agent_id"] for _, b, _ in service.seen] == ["alice-laptop", "bob-laptop"]
+
+
+def test_token_file_sends_a_bearer_token(service: Recorder, tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    hook("claude-code", CLAUDE_PRE, "--token-file", str(token))
+    assert service.seen[0][2]["Authorization"] == "Bearer s3cret"
+
+
+def test_codex_names_the_run_by_turn_and_cannot_end_the_session_before_a_call(service: Recorder) -> None:
+    service.action = "abort"
+    pre = {"session_id": "s-c", "turn_id": "t-1", "hook_event_name": "PreToolUse", "tool_name": "Bash"}
+    out, _ = hook("codex", pre | {"tool_input": {"command": "ls"}, "tool_use_id": "call_1"})
+    assert out == {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": "ABORT: stop repeating Bash",
+        }
+    }
+    assert service.seen[0][1]["run_id"] == "t-1" and service.seen[0][1]["agent_id"] == "codex"
+
+
+def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorder) -> None:
+    pre = {"session_id": "s-g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command"}
+    pre["tool_input"] = {"command": "ls"}
+    service.action = "warn"
+    assert hook("gemini", pre) == (None, "")  # BeforeTool cannot add context
+    check = service.seen[0][1]
+    assert check["run_id"] is None and check["tool_call_id"] is None
+    service.warning = {"message": "WARN: 10 identical calls", "verdict_id": "v-9", "run_id": "r-g"}
+    post = pre | {"hook_event_name": "AfterTool", "tool_response": {"llmContent": "a b", "returnDisplay": "a b"}}
+    out, _ = hook("gemini", post)
+    assert out == {
+        "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "WARN: 10 identical calls"}
+    }
+    assert service.paths() == ["/v1/check", "/v1/result", "/v1/ack"]
+    assert service.seen[1][1]["result"] == "a b" and service.seen[1][1]["tool_call_id"] is None
+    assert service.seen[2][1]["verdict_id"] == "v-9" and service.seen[2][1]["run_id"] == "r-g"
+
+
+def test_gemini_block_and_abort_in_its_own_form(service: Recorder) -> None:
+    pre = {"session_id": "s-g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {}}
+    service.action = "block"
+    assert hook("gemini", pre)[0] == {"decision": "deny", "reason": "BLOCK: stop repeating Bash"}
+    # the service named the call: the veto's result carries that id (no pairing needed)
+    assert service.seen[1][1]["tool_call_id"] == "call-made-by-service"
+    service.action = "abort"
+    out = hook("gemini", pre)[0]
+    assert out is not None and out["continue"] is False and out["stopReason"] == "ABORT: stop repeating Bash"
+
+
+def test_gemini_prompt_starts_a_run_the_service_names(service: Recorder) -> None:
+    hook("gemini", {"session_id": "s-g", "hook_event_name": "BeforeAgent", "prompt": "hi"})
+    hook("gemini", {"session_id": "s-g", "hook_event_name": "AfterAgent"})
+    assert service.paths() == ["/v1/run_start", "/v1/run_end"]
+    assert service.seen[0][1] == {"agent_id": "gemini", "session_id": "s-g"}
+
+
+def test_cursor_documented_contract(service: Recorder) -> None:
+    base = {"conversation_id": "conv-1", "generation_id": "gen-1"}
+    shell = base | {"hook_event_name": "beforeShellExecution", "command": "npm test", "cwd": "/w"}
+    service.action = "block"
+    out, _ = hook("cursor", shell)
+    assert out == {
+        "permission": "deny",
+        "user_message": "BLOCK: stop repeating Bash",
+        "agent_message": "BLOCK: stop repeating Bash",
+    }
+    check = service.seen[0][1]
+    assert (check["session_id"], check["run_id"], check["tool_name"]) == ("conv-1", "gen-1", "Shell")
+    assert check["params"] == {"command": "npm test"}
+    mcp = base | {"hook_event_name": "beforeMCPExecution", "tool_name": "search", "tool_input": '{"q": "x"}'}
+    service.action = "allow"
+    hook("cursor", mcp)
+    assert service.seen[-1][1]["params"] == {"q": "x"}
+    assert hook("cursor", base | {"hook_event_name": "beforeSubmitPrompt", "prompt": "go"})[0] == {"continue": True}
+    service.warning = {"message": "WARN: loop", "verdict_id": "v-2", "run_id": "gen-1"}
+    post = base | {"hook_event_name": "postToolUse", "tool_name": "search", "tool_input": {}, "tool_output": "r"}
+    assert hook("cursor", post)[0] == {"additional_context": "WARN: loop"}
+
+
+def test_a_large_result_is_sent_as_its_digest(service: Recorder) -> None:
+    big = "x" * 200_000
+    hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": big})
+    sent = service.seen[0][1]["result"]
+    assert sent["chars"] == 200_000 and len(sent["sha256"]) == 64
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_service_down_allows_with_one_line_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPWARDEN_SIDECAR_URL", f"http://127.0.0.1:{_free_port()}")
+    out, err = run_hook(["claude-code"], json.dumps(CLAUDE_PRE).encode())
+    assert out == ""
+    assert err.count("\n") == 1 and "did not answer" in err and "allowing" in err
+
+
+def test_service_that_never_answers_is_given_up_after_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as listener:  # accepts (the kernel's backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        monkeypatch.setenv("LOOPWARDEN_SIDECAR_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
+        out, err = run_hook(["claude-code", "--timeout", "0.2"], json.dumps(CLAUDE_PRE).encode())
+    assert out == ""
+    assert "TimeoutError" in err or "timed out" in err
+
+
+def test_bad_input_and_bad_arguments_allow() -> None:
+    assert run_hook(["claude-code"], b"not json")[0] == ""
+    assert "not a JSON object" in run_hook(["claude-code"], b"[1]")[1]
+    assert "host is one of" in run_hook(["vim"], b"{}")[1]
+
+
+def test_the_hook_path_imports_nothing_heavy() -> None:
+    """The host starts the hook twice per tool call: no runner, msgspec, aiokafka, argparse or http.client."""
+    code = (
+        "import io, sys\n"
+        "sys.stdin = io.TextIOWrapper(io.BytesIO(b'{}'))\n"
+        "from loopwarden.cli import main\n"
+        "main(['hook', 'claude-code'])\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = os.environ | {"LOOPWARDEN_SIDECAR_URL": "http://127.0.0.1:9"}
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout.split())
+    assert "loopwarden.hooks.command" in mods
+    heavy = {"msgspec", "aiokafka", "loopwarden.runner", "loopwarden.detection", "argparse", "http.client", "asyncio"}
+    assert not heavy & mods
+
+
+# --- install ---------------------------------------------------------------------------------
+
+
+def _args(*argv: str):
+    return install.build_parser().parse_args(list(argv))
+
+
+def test_install_merges_into_existing_settings_and_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / ".claude" / "settings.json"
+    path.parent.mkdir()
+    mine = {"matcher": "Bash", "hooks": [{"type": "command", "command": "./my-guard.sh"}]}
+    path.write_text(json.dumps({"model": "opus", "hooks": {"PreToolUse": [mine]}}))
+    assert install.main(["claude-code", "--dir", str(tmp_path), "--agent-id", "dev-1"]) == 0
+    assert install.main(["claude-code", "--dir", str(tmp_path), "--agent-id", "dev-2"]) == 0
+    settings = json.loads(path.read_text())
+    assert settings["model"] == "opus"
+    pre = settings["hooks"]["PreToolUse"]
+    assert pre[0] == mine and len(pre) == 2
+    assert pre[1]["hooks"][0]["command"].endswith("-m loopwarden.hooks claude-code --agent-id dev-2")
+    assert set(settings["hooks"]) == set(install.EVENTS["claude-code"])
+
+
+def test_install_refuses_to_rewrite_a_file_it_cannot_read(tmp_path: Path) -> None:
+    path = tmp_path / ".gemini" / "settings.json"
+    path.parent.mkdir()
+    path.write_text('{"hooks": {} // a comment\n}')
+    assert install.main(["gemini", "--dir", str(tmp_path)]) == 1
+    assert path.read_text() == '{"hooks": {} // a comment\n}'
+
+
+def test_install_snippets_per_host(capsys: pytest.CaptureFixture[str]) -> None:
+    gemini = install.snippet("gemini", _args("gemini"))["hooks"]
+    assert gemini["BeforeTool"][0]["matcher"] == ".*" and gemini["BeforeTool"][0]["hooks"][0]["timeout"] == 10_000
+    cursor = install.snippet("cursor", _args("cursor"))
+    assert cursor["version"] == 1 and list(cursor["hooks"]["preToolUse"][0]) == ["command"]
+    http = install.snippet("claude-code", _args("claude-code", "--http", "--url", "http://127.0.0.1:9000"))
+    assert http["hooks"]["PreToolUse"][0]["hooks"][0] == {
+        "type": "http",
+        "url": "http://127.0.0.1:9000/v1/hooks/claude-code",
+        "timeout": install.HOOK_TIMEOUT,
+    }
+    assert install.main(["codex", "--print"]) == 0
+    assert json.loads(capsys.readouterr().out)["hooks"]["PreToolUse"][0]["matcher"] == "*"
+
+
+def test_gemini_shell_results_drop_the_process_group_line_so_a_repeated_failure_is_identical(service: Recorder) -> None:
+    post = {"session_id": "s-g", "hook_event_name": "AfterTool", "tool_name": "run_shell_command", "tool_input": {}}
+    for pgid in (7063, 7069):
+        output = f"<untrusted_context>\nOutput: boom\nProcess Group PGID: {pgid}\n</untrusted_context>"
+        hook("gemini", post | {"tool_response": {"llmContent": output, "returnDisplay": "boom"}})
+    first, second = (b["result"] for _, b, _ in service.seen)
+    assert first == second == "<untrusted_context>\nOutput: boom\n</untrusted_context>"
