@@ -415,10 +415,13 @@ def map_tool_span(
     if args_from == "traceloop.entity.input":
         args = _openllmetry_input(args)
     result_from, result_value = _source(a, RESULT)
+    recorded = result_value
     if openllmetry or openinference:  # LangChain's tool message, recorded whole
         result_value, message_call_id = _tool_message(result_value)
     if "gcp.vertex.agent.event_id" in a:
         result_value = _adk_result(result_value)
+    if result_value is not recorded:
+        result_from = ""  # the text taken out of a wrapper is the tool's text: "42" stays a string
     call_id = call_id or payload_call_id or message_call_id
     gaps: tuple[str, ...] = ()
     if openinference:

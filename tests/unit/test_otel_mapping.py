@@ -352,3 +352,18 @@ def test_wrappers_are_taken_off_only_for_the_families_that_wrap():
     )
     assert json.loads(bytes(wrapped.call.params)) == {"q": "job"}
     assert json.loads(bytes(wrapped.result.result)) == "x" and wrapped.call.tool_call_id == "c1"
+
+
+def test_text_taken_out_of_a_tool_message_stays_text():
+    from loopwarden.otel.mapping import map_tool_span
+
+    message = '{"type": "tool", "data": {"content": "42", "tool_call_id": "c1"}}'
+    attributes = {
+        "openinference.span.kind": "TOOL",
+        "input.value": '{"q": "x"}',
+        "input.mime_type": "application/json",
+        "output.value": message,
+        "output.mime_type": "application/json",
+    }
+    mapped = map_tool_span(_tool_span(attributes))
+    assert json.loads(bytes(mapped.result.result)) == "42"  # a runner sends the tool's text: a string
