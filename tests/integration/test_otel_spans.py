@@ -333,7 +333,7 @@ def test_real_langchain_spans_through_a_worker(tansu, worker, tmp_path):
     names = worker.names
     spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
     script = fam.AGENTS["stuck"]
-    raw = fam.encoded(fam.openllmetry_langchain({"stuck": script})["stuck"])
+    raw = fam.encoded_in_subprocess("openllmetry_langchain", ["stuck"])["stuck"]
     asyncio.run(produce(tansu, spans_topic, [(None, raw)]))
     native = rows(fam.native_events(script, origin="otel"), FleetConfig.from_document(CONFIG))
     keep = ("detector", "level", "count", "action", "warning_key", "tool_name")

@@ -11,9 +11,13 @@ exporters encode them, the record the Collector's Kafka exporter writes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import subprocess
+import sys
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -134,9 +138,27 @@ def openinference_langchain(scripts: dict[str, list[Step]]) -> dict[str, list]:
 
 
 def openllmetry_langchain(scripts: dict[str, list[Step]]) -> dict[str, list]:
+    """In this process: its uninstrument() leaves a callback handler behind that keeps opening spans, so a
+    later LangChain run's spans nest under them. Tests call :func:`encoded_in_subprocess` instead."""
     from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 
     return _langchain_spans(LangchainInstrumentor(), scripts)
+
+
+def encoded_in_subprocess(capture: str, agents: list[str]) -> dict[str, bytes]:
+    """A capture run in a fresh interpreter (``capture``: a function of this module), each agent's spans
+    as ``otlp_proto`` bytes."""
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys; from tests.unit.otel_families import _print; _print(sys.argv[1], sys.argv[2:])"
+    out = subprocess.run(
+        [sys.executable, "-c", code, capture, *agents], cwd=root, capture_output=True, check=True, timeout=300
+    )
+    return {k: base64.b64decode(v) for k, v in json.loads(out.stdout.splitlines()[-1]).items()}
+
+
+def _print(capture: str, agents: list[str]) -> None:
+    spans = globals()[capture]({name: AGENTS[name] for name in agents})
+    print(json.dumps({k: base64.b64encode(encoded(v)).decode() for k, v in spans.items()}))
 
 
 def openinference_openai_agents(scripts: dict[str, list[Step]]) -> dict[str, list]:
