@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
+from loopwarden.schemas.extensions import OBSERVED_ORIGINS
 from loopwarden.schemas.jsvalues import js_double, js_int, js_trim, json_bytes, to_well_formed
 
 MAX_ID_CHARS = 512
@@ -341,13 +342,19 @@ def run_key(event: Event) -> str:
     return key_for(event.agent_id, event.session_id, event.run_id)
 
 
-def state_key(event: Event) -> tuple[str, str, str]:
-    """Where a run's state lives: (agent id, session key, run scope) (§11.1).
+def state_key(event: Event) -> tuple[str, ...]:
+    """Where a run's state lives: (agent id, session key, run scope) (§11.1), and the origin for a
+    run loopwarden only watches (``OBSERVED_ORIGINS``).
 
     The agent is part of it, as OpenClaw keeps one state per agent: two agents that share a
-    session id and send no run id do not share a history.
+    session id and send no run id do not share a history. The origin is part of it so a run seen
+    through its spans never shares a history with a runner's run of the same ids: spans naming a
+    runner's run cannot count towards its verdicts, end it or reset it.
     """
     run_id = event.run_id  # session_key() and run_scope(), inlined: this runs for every event
+    origin = event.origin
+    if origin is not None and origin in OBSERVED_ORIGINS:
+        return event.agent_id, event.session_id or event.agent_id, js_trim(run_id) if run_id else "", origin
     return event.agent_id, event.session_id or event.agent_id, js_trim(run_id) if run_id else ""
 
 

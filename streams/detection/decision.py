@@ -37,7 +37,7 @@ from loopwarden.detection.incident_block import IncidentBoard, fleet_step
 from loopwarden.detection.state import RunState
 from loopwarden.schemas.config import ResolvedConfig
 from loopwarden.schemas.events import Event, RunEnd, ToolCall, VerdictAck
-from loopwarden.schemas.extensions import Extensions
+from loopwarden.schemas.extensions import OBSERVED_ORIGINS, Extensions
 from loopwarden.schemas.verdicts import Detection
 
 ACK_TIMEOUT = 5.0  # seconds a verdict may await its verdict_ack (the worker's --ack-timeout default)
@@ -92,6 +92,9 @@ def decide_event(
     ``f"{name_origin(origin)}:{n}"``; the prefix is built only when a verdict needs an id.
     """
     found = enforcement.violation(state, event)  # before step(), which forgets a blocked call's id
+    watched_only = event.origin in OBSERVED_ORIGINS  # spans: never a violation, an escalation or an allow
+    if watched_only:
+        found = None
     result = fleet_step(state, event, config, ext, board) if board else step(state, event, config, ext=ext)
     new = result.state
     detections = result.detections
@@ -100,7 +103,7 @@ def decide_event(
     cls = type(event)
     gated = False
     decided = None  # the runner's own decision of this call (local-first runners)
-    if type(event) is ToolCall:  # type(): the checker narrows on it
+    if type(event) is ToolCall and not watched_only:  # type(): the checker narrows on it
         gated, decided = event.await_decision, event.decision
     watched = state is not None and state.enforcement is not None  # acks, obedience and deadlines
     if not (detections or gated or found is not None or watched or cls is VerdictAck):
@@ -147,7 +150,7 @@ def decide_event(
         unacked = enforcement.unacked_at_end(state)
     else:
         unacked = enforcement.overdue(new, now, ack_timeout)
-        if published or found is not None or (new is not None and new.enforcement is not None):
+        if not watched_only and (published or found is not None or (new is not None and new.enforcement is not None)):
             first = n
 
             def next_id() -> str:

@@ -28,7 +28,14 @@ import msgspec
 from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers, settings_from_env
 from loopwarden.kafka.records import unreadable
-from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans, relevant
+from loopwarden.otel.mapping import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    GAP_BARE_ARGUMENTS,
+    GAP_NO_RESULT,
+    family,
+    map_spans,
+    relevant,
+)
 from loopwarden.otel.spans import ENCODINGS, SpanDecodeError, decode_spans
 from loopwarden.schemas.events import encode_event, run_key
 from loopwarden.schemas.jsvalues import json_bytes
@@ -87,12 +94,31 @@ class SpanCounts(msgspec.Struct, kw_only=True):
     run_ends: int = 0
     events: int = 0
     dead: Counter = msgspec.field(default_factory=Counter)  # reason
+    # "<family>:<gap>": tool spans mapped with something missing (mapping.GAP_*), and
+    # "<family>:no_arguments" for the ones dead-lettered for it; each logged once, when first seen
+    inexact: Counter = msgspec.field(default_factory=Counter)
     publish_retries: int = 0
     publish_dropped: int = 0  # records the broker refuses for good (too large, forbidden topic)
 
 
 def _dead_letter(reason: str, detail: str, record: Any, raw: bytes | None) -> bytes:
     return json_bytes(dead_letter(reason, detail, record.topic, record.partition, record.offset, raw))
+
+
+_GAP_TEXT = {
+    "no_arguments": "its tool spans carry no arguments (content capture off?): they are dead-lettered, not judged",
+    GAP_NO_RESULT: "its tool spans carry no result: loops are judged on arguments only (no no-progress verdicts)",
+    GAP_BARE_ARGUMENTS: "a one-argument tool's span has the bare value and its call is not listed in the record: "
+    "its arguments do not hash as a runner's would",
+}
+
+
+def _inexact(counts: SpanCounts, fam: str, gap: str) -> None:
+    """Count what a family's spans cannot say; say it once (per process) in the log."""
+    key = f"{fam}:{gap}"
+    counts.inexact[key] += 1
+    if counts.inexact[key] == 1:
+        log.warning("spans of %s: %s (counted as inexact %s)", fam, _GAP_TEXT.get(gap, gap), key)
 
 
 def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = None) -> list[Out]:
@@ -118,12 +144,16 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
         counts.dead["engine_error"] += 1
         detail = f"{type(exc).__name__}: {exc}"
         return [Out(dlq, record.key, _dead_letter("engine_error", detail, record, record.value))]
+    for fam, gap in mapped.gaps:
+        _inexact(counts, fam, gap)
     counts.tool_spans += mapped.tool_spans
     counts.run_ends += mapped.run_ends
     counts.events += len(mapped.events)
     out = [Out(settings.events_topic, run_key(e).encode(), encode_event(e)) for e in mapped.events]
     for bad in mapped.rejected:
         counts.dead[bad.reason] += 1
+        if bad.reason == "otel_no_arguments":
+            _inexact(counts, family(bad.span), "no_arguments")
         out.append(Out(dlq, record.key, _dead_letter(bad.reason, bad.detail, record, bad.span.raw())))
     return out
 

@@ -56,8 +56,15 @@ RESULT = (
     "output.value",
     "traceloop.entity.output",
 )
-AGENT = ("gen_ai.agent.name", "gen_ai.agent.id", "agent.name", "agent_name", "traceloop.workflow.name")
-SESSION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")
+AGENT = (
+    "gen_ai.agent.name",
+    "gen_ai.agent.id",
+    "agent.name",
+    "agent_name",
+    "traceloop.workflow.name",
+    "gen_ai.workflow.name",  # Google ADK's root `invoke_workflow` span: the root agent's name
+)
+SESSION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")  # with a run id
 RUN = ("gen_ai.agent.call.id",)  # PydanticAI's run id; else the trace id
 DEFAULT_AGENT = "otel"
 
@@ -71,19 +78,44 @@ class Rejected(msgspec.Struct, kw_only=True):
 
 
 class ToolEvents(msgspec.Struct, kw_only=True):
-    """What one tool span becomes: its call (at the span's start) and its result (at its end)."""
+    """What one tool span becomes: its call (at the span's start) and its result (at its end), and
+    what the span could not say (``GAP_*``)."""
 
     call: ToolCall
     result: ToolResult
+    gaps: tuple[str, ...] = ()
 
 
 class Mapped(msgspec.Struct, kw_only=True):
-    """What one request's spans became: events in the order to publish, and rejected spans."""
+    """What one request's spans became: events in the order to publish, rejected spans, and what the
+    mapped tool spans could not say (``gaps``: (family, what) per span, see :func:`family`)."""
 
     events: list[Event]
     rejected: list[Rejected]
     tool_spans: int = 0
     run_ends: int = 0
+    gaps: list[tuple[str, str]] = msgspec.field(default_factory=list)
+
+
+# What a mapped tool span can lack: detectors that read it do not see the call exactly.
+GAP_NO_RESULT = "no_result"  # no result and no error: the outcome-based detectors (no progress, ping-pong) are blind
+GAP_BARE_ARGUMENTS = "bare_arguments"  # a one-argument tool's bare value, its name unknown: not a runner's hash
+
+
+def family(span: Span) -> str:
+    """The instrumentation family a span comes from, as its attribute names tell it."""
+    a = span.attributes
+    if "traceloop.span.kind" in a:
+        return "openllmetry"
+    if "openinference.span.kind" in a:
+        return "openinference"
+    if "gcp.vertex.agent.event_id" in a or "gcp.vertex.agent.tool_call_args" in a:
+        return "google_adk"
+    if span.name == "openclaw.tool.execution":
+        return "openclaw"
+    if "tool_arguments" in a or "gen_ai.agent.call.id" in a:
+        return "pydantic_ai"
+    return "genai"
 
 
 def _first(attrs: dict[str, Any], names: tuple[str, ...]) -> Any:
@@ -132,8 +164,9 @@ def is_agent_span(span: Span) -> bool:
 
 
 def relevant(name: str, attrs: dict[str, Any]) -> bool:
-    """Whether a span is a tool or agent span (the others are dropped as they are read)."""
-    return _tool_attributes(attrs) or _agent_attributes(name, attrs)
+    """Whether a span is a tool or agent span, or a LangGraph tools node listing its calls (the others
+    are dropped as they are read)."""
+    return _tool_attributes(attrs) or _agent_attributes(name, attrs) or _is_tool_node(name, attrs)
 
 
 def _tool_attributes(a: dict[str, Any]) -> bool:
@@ -144,9 +177,13 @@ def _tool_attributes(a: dict[str, Any]) -> bool:
 
 
 def _agent_attributes(name: str, a: dict[str, Any]) -> bool:
-    if a.get("gen_ai.operation.name") == "invoke_agent":
+    if a.get("gen_ai.operation.name") in ("invoke_agent", "invoke_workflow"):  # ADK's root: invoke_workflow
         return True
     if name == "agent run" and "agent_name" in a:  # PydanticAI before instrumentation version 3
+        return True
+    if name == "openclaw.run":  # OpenClaw's diagnostics-otel: one span per agent run
+        return True
+    if name == "LangGraph" and _kind(a, "openinference.span.kind") == "chain":  # a compiled graph's own span
         return True
     return _kind(a, "openinference.span.kind") == "agent" or _kind(a, "traceloop.span.kind") in ("agent", "workflow")
 
@@ -176,6 +213,98 @@ def as_payload(value: Any, max_bytes: int, json_text: bool = False) -> Raw:
     return bounded_payload(raw, max_bytes)
 
 
+def _json_object(value: Any) -> Any:
+    """``value`` parsed when it is JSON text of an object, else None."""
+    if not isinstance(value, str) or not value.startswith("{"):
+        return None  # (msgspec's decoder bounds nesting itself: RecursionError, caught)
+    try:
+        parsed = msgspec.json.decode(value)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _callback_payload(value: Any) -> tuple[Any, str | None]:
+    """OpenLLMetry's LangChain tool span records the whole ``on_tool_start`` payload (``input_str``,
+    ``tags``, ``metadata`` with the graph step and checkpoint, ``inputs``, ``kwargs``) as the arguments:
+    the call's own arguments are ``inputs``, its id ``kwargs.tool_call_id``. Anything else: unchanged."""
+    parsed = _json_object(value)
+    if parsed is None or "input_str" not in parsed:
+        return value, None
+    inputs, kwargs = parsed.get("inputs"), parsed.get("kwargs")
+    call_id = kwargs.get("tool_call_id") if isinstance(kwargs, dict) else None
+    call_id = call_id if isinstance(call_id, str) else None
+    if isinstance(inputs, dict):
+        return msgspec.json.encode(inputs).decode(), call_id
+    return parsed.get("input_str", value), call_id
+
+
+def _tool_message(value: Any) -> tuple[Any, str | None]:
+    """A LangChain tool message recorded whole as the result: its content and its tool call id.
+
+    OpenInference writes ``{"type": "tool", "data": {"content": ..., "tool_call_id": ...}}``;
+    OpenLLMetry ``{"output": <the message, serialized: {"lc": 1, "kwargs": {"content": ...}}>, "kwargs": ...}``
+    (or the tool's plain return value as ``output``). Anything else: unchanged, no id."""
+    parsed = _json_object(value)
+    if parsed is None:
+        return value, None
+    if "output" in parsed and set(parsed) <= {"output", "kwargs"}:  # OpenLLMetry's wrapper
+        inner = parsed["output"]
+        if isinstance(inner, dict) and inner.get("lc") == 1:
+            message = inner.get("kwargs")
+            if isinstance(message, dict) and message.get("type") == "tool" and "content" in message:
+                return _content(message["content"]), _id(message.get("tool_call_id"))
+        return (inner if isinstance(inner, str) else msgspec.json.encode(inner).decode()), None
+    data = parsed.get("data")
+    if parsed.get("type") == "tool" and isinstance(data, dict) and "content" in data:  # OpenInference
+        return _content(data["content"]), _id(data.get("tool_call_id"))
+    return value, None
+
+
+def _adk_result(value: Any) -> Any:
+    """Google ADK records a tool's return value that is not a dict as ``{"result": <value>}``: the value."""
+    parsed = _json_object(value)
+    if parsed is not None and len(parsed) == 1 and "result" in parsed:
+        inner = parsed["result"]
+        return inner if isinstance(inner, str) else msgspec.json.encode(inner).decode()
+    return value
+
+
+def _content(content: Any) -> Any:
+    """A tool message's content: text as text, anything else (content blocks) as its JSON."""
+    return content if isinstance(content, str) else msgspec.json.encode(content).decode()
+
+
+def _id(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def tool_calls_of(span: Span) -> list[tuple[str, str, Any]]:
+    """(name, id, arguments) of each call a LangGraph tools node span lists as its input (OpenInference
+    ``CHAIN`` span: ``[{"name", "args", "id", "type": "tool_call"}, ...]``): the arguments as the model gave
+    them, where the tool span of a one-argument tool records only the bare value."""
+    value = span.attributes.get("input.value")
+    if not isinstance(value, str) or not value.startswith("[{") or '"tool_call"' not in value:
+        return []
+    try:
+        parsed = msgspec.json.decode(value)
+    except (msgspec.DecodeError, RecursionError):
+        return []
+    out = []
+    for item in parsed if isinstance(parsed, list) else ():
+        if isinstance(item, dict) and item.get("type") == "tool_call" and isinstance(item.get("args"), dict):
+            out.append((str(item.get("name")), str(item.get("id") or ""), item["args"]))
+    return out
+
+
+def _is_tool_node(name: str, a: dict[str, Any]) -> bool:
+    """An OpenInference LangGraph span whose input is a list of tool calls (see :func:`tool_calls_of`)."""
+    if _kind(a, "openinference.span.kind") != "chain":
+        return False
+    value = a.get("input.value")
+    return isinstance(value, str) and value.startswith("[{") and '"tool_call"' in value
+
+
 def _openllmetry_input(value: Any) -> Any:
     """OpenLLMetry records a function's input as ``{"args": [...], "kwargs": {...}}``: the keyword
     arguments are the call's arguments when there are no positional ones."""
@@ -200,8 +329,13 @@ def run_ids(span: Span) -> RunIds:
     """Agent, session and run of a span: the names and ids it carries, else its trace."""
     a = span.attributes
     agent = _text(_first(a, AGENT)) or _text(span.resource.get("service.name")) or DEFAULT_AGENT
+    run = _text(_first(a, RUN))
+    if run is None:
+        # A run named by its trace is the trace's in every way: instrumentations put the conversation on
+        # the root span only (OpenLLMetry, Google ADK) or on every span (OpenInference), so a session taken
+        # from the spans would file the run end and the tool events under different runs.
+        return RunIds(agent_id=agent, session_id=span.trace_id, run_id=span.trace_id)
     session = _text(_first(a, SESSION)) or span.trace_id
-    run = _text(_first(a, RUN)) or span.trace_id
     return RunIds(agent_id=agent, session_id=session, run_id=run)
 
 
@@ -227,7 +361,35 @@ def _too_long(**fields: str | None) -> tuple[str, int] | None:
     return None
 
 
-def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> ToolEvents | Rejected:
+class Listed(msgspec.Struct, kw_only=True):
+    """The tool calls that LangGraph tools-node spans of one record list: by call id, and by the node's span."""
+
+    by_id: dict[str, Any] = msgspec.field(default_factory=dict)
+    by_node: dict[str, list[tuple[str, str, Any]]] = msgspec.field(default_factory=dict)
+
+    def add(self, span: Span) -> None:
+        calls = tool_calls_of(span)
+        if calls:
+            self.by_node[span.span_id] = calls
+            for _, call_id, args in calls:
+                if call_id:
+                    self.by_id[call_id] = args
+
+    def find(self, span: Span, tool: str, call_id: str | None) -> Any:
+        """The listed arguments of this tool span's call: by its id, else the one call of its name in its
+        parent node; None when not listed."""
+        if call_id and call_id in self.by_id:
+            return self.by_id[call_id]
+        named = [args for name, _, args in self.by_node.get(span.parent_span_id, ()) if name == tool]
+        return named[0] if len(named) == 1 else None
+
+
+NO_LISTED = Listed()
+
+
+def map_tool_span(
+    span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, listed: Listed = NO_LISTED
+) -> ToolEvents | Rejected:
     """A tool span's call and result, or why it cannot be judged."""
     if not span.trace_id or not span.span_id:
         return Rejected(reason="otel_bad_span", detail="a tool span without a trace id or span id", span=span)
@@ -247,10 +409,30 @@ def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
             detail=f"tool span of {tool[:80]!r} carries no arguments: turn on content capture ({where})",
             span=span,
         )
+    call_id = _text(_first(a, CALL_ID))
+    openllmetry, openinference = "traceloop.span.kind" in a, "openinference.span.kind" in a
+    payload_call_id = message_call_id = None
+    if openllmetry:
+        args, payload_call_id = _callback_payload(args)
     if args_from == "traceloop.entity.input":
         args = _openllmetry_input(args)
+    result_from, result_value = _source(a, RESULT)
+    recorded = result_value
+    if openllmetry or openinference:  # LangChain's tool message, recorded whole
+        result_value, message_call_id = _tool_message(result_value)
+    if "gcp.vertex.agent.event_id" in a:
+        result_value = _adk_result(result_value)
+    if result_value is not recorded:
+        result_from = ""  # the text taken out of a wrapper is the tool's text: "42" stays a string
+    call_id = call_id or payload_call_id or message_call_id
+    gaps: tuple[str, ...] = ()
+    if openinference:
+        found = listed.find(span, tool, call_id)
+        if found is not None:  # the model's own arguments (a one-argument tool's span has the bare value)
+            args, args_from = msgspec.json.encode(found).decode(), ""
+        elif not (isinstance(args, str) and args.lstrip()[:1] == "{"):
+            gaps = (GAP_BARE_ARGUMENTS,)
     ids = run_ids(span)
-    call_id = _text(_first(a, CALL_ID))
     long = _too_long(
         tool_name=tool, tool_call_id=call_id, agent_id=ids.agent_id, session_id=ids.session_id, run_id=ids.run_id
     )
@@ -271,7 +453,6 @@ def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     base = f"otel:{span.trace_id}:{span.span_id}"
     call = ToolCall(**common, ts=span.start_ns / 1e9, event_id=f"{base}:call")
     error = _error(span)
-    result_from, result_value = _source(a, RESULT)
     result = ToolResult(
         **common,
         ts=span.end_ns / 1e9,
@@ -281,7 +462,9 @@ def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
         else as_payload(result_value, max_payload_bytes, _json_text(a, result_from)),
         error=UNSET if error is None else payload(error[:max_payload_bytes]),  # a string: an Error's message
     )
-    return ToolEvents(call=call, result=result)
+    if error is None and result_value is None:
+        gaps += (GAP_NO_RESULT,)
+    return ToolEvents(call=call, result=result, gaps=gaps)
 
 
 def map_run_end(span: Span) -> RunEnd | None:
@@ -311,16 +494,22 @@ def map_spans(spans: list[Span], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
     ends at theirs); ties keep the order of the spans' starts."""
     keyed: list[tuple[int, int, int, Event]] = []
     rejected: list[Rejected] = []
+    gaps: list[tuple[str, str]] = []
     tools = ends = 0
     order = sorted(range(len(spans)), key=lambda i: spans[i].start_ns)
+    listed = Listed()
+    for span in spans:
+        if _is_tool_node(span.name, span.attributes):
+            listed.add(span)
     for rank, i in enumerate(order):
         span = spans[i]
         if is_tool_span(span):
             tools += 1
-            mapped = map_tool_span(span, max_payload_bytes)
+            mapped = map_tool_span(span, max_payload_bytes, listed)
             if isinstance(mapped, Rejected):
                 rejected.append(mapped)
                 continue
+            gaps.extend((family(span), gap) for gap in mapped.gaps)
             keyed.append((span.start_ns, _PHASE_CALL, rank, mapped.call))
             keyed.append((max(span.end_ns, span.start_ns), _PHASE_RESULT, rank, mapped.result))
         elif is_agent_span(span):
@@ -329,4 +518,4 @@ def map_spans(spans: list[Span], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BY
                 ends += 1
                 keyed.append((span.end_ns, _PHASE_END, rank, end))
     keyed.sort(key=lambda item: item[:3])
-    return Mapped(events=[item[3] for item in keyed], rejected=rejected, tool_spans=tools, run_ends=ends)
+    return Mapped(events=[item[3] for item in keyed], rejected=rejected, tool_spans=tools, run_ends=ends, gaps=gaps)

@@ -45,6 +45,8 @@ WANTED = frozenset(
         # Google ADK (its tool spans follow the GenAI conventions but for arguments and result)
         "gcp.vertex.agent.tool_call_args",
         "gcp.vertex.agent.tool_response",
+        "gcp.vertex.agent.event_id",  # marks ADK's spans (its tool results are wrapped as {"result": ...})
+        "gen_ai.workflow.name",  # ADK's root invoke_workflow span names its root agent
         # OpenInference
         "openinference.span.kind",
         "tool.name",

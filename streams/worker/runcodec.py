@@ -1,7 +1,8 @@
 """Keys and values of the run table (RocksDB, changelogged), encoded with msgspec.
 
 Key: the JSON array ``[agent id, session key, run scope]`` (:func:`loopwarden.schemas.events.state_key`:
-run id trimmed the JavaScript way; ``""`` for calls outside a run). Keys written before the agent id
+run id trimmed the JavaScript way; ``""`` for calls outside a run), with the origin as a fourth part for a
+run loopwarden only watches (``origin: "otel"``: it never shares a runner's run state). Keys written before the agent id
 was part of them, ``[session key, run scope]`` (:func:`legacy_key`), are read when a run has no value
 under its new key: the batch path moves such a value to the new key (and deletes the old one) at the
 run's next event, so a worker upgraded in place keeps its in-flight runs. Value: :class:`RunValue` in the run state's
@@ -23,6 +24,7 @@ from loopwarden.detection import RunState
 from loopwarden.detection.state import RunStateV2, StoredCodec, pack, unpack
 from loopwarden.schemas.events import Event, legacy_state_key
 from loopwarden.schemas.events import state_key as event_state_key
+from loopwarden.schemas.extensions import OBSERVED_ORIGINS
 from loopwarden.schemas.jsvalues import js_loads_slow, json_bytes
 
 
@@ -86,6 +88,8 @@ def adopt_legacy(
     """The run's value under its :func:`legacy_key`, moved to its new key in ``writes`` (the old key
     deleted there), or None. Moved at once, so a replayed event skipped on the value's offset does not
     leave the run without its state."""
+    if event.origin in OBSERVED_ORIGINS:
+        return None  # a legacy key names a runner's run: a watched run never takes its state
     old = (partition, legacy_key(event))
     value = read(*old)
     if value is not None:

@@ -236,3 +236,118 @@ def test_otlp_json_records_give_the_same_verdicts(tansu, worker, tmp_path):
         assert all(v["origin"] == "otel" and v["shadow"] is True for v in got)
     finally:
         assert spans.stop() == 0
+
+
+def victim_spans(agent: str, session: str, run: str, calls: int, end: bool = False) -> bytes:
+    """Spans naming a runner's agent, session and run (GenAI conventions, PydanticAI's run id attribute):
+    ``calls`` identical tool spans, or with ``end`` one ``invoke_agent`` span that ends the run."""
+    recorder = Recorder("attacker")
+    tracer = recorder.provider.get_tracer("attacker")
+    ids = {"gen_ai.agent.name": agent, "gen_ai.conversation.id": session, "gen_ai.agent.call.id": run}
+    for i in range(calls):
+        with tracer.start_as_current_span("execute_tool read") as span:
+            span.set_attributes(
+                {
+                    **ids,
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "read",
+                    "gen_ai.tool.call.id": f"fake_{i}",
+                    "gen_ai.tool.call.arguments": '{"path": "a.txt"}',
+                    "gen_ai.tool.call.result": "same",
+                }
+            )
+    if end:
+        with tracer.start_as_current_span("invoke_agent") as span:
+            span.set_attributes({**ids, "gen_ai.operation.name": "invoke_agent"})
+    return export_request(recorder.take()).SerializeToString()
+
+
+def runner_events(agent: str, session: str, run: str, first: int, last: int, call_only_last: bool = False):
+    """A runner's own events (no origin) for identical calls ``first`` .. ``last - 1``, keyed by run."""
+    from loopwarden.schemas.events import key_for
+
+    key = key_for(agent, session, run).encode()
+    out = []
+    for i in range(first, last):
+        base = {"agent_id": agent, "session_id": session, "run_id": run, "tool_name": "read", "tool_call_id": f"c{i}"}
+        base["params"] = {"path": "a.txt"}
+        out.append((key, json.dumps({"type": "tool_call", **base}).encode()))
+        if not (call_only_last and i == last - 1):
+            out.append((key, json.dumps({"type": "tool_result", **base, "result": "same"}).encode()))
+    return out
+
+
+def test_spans_naming_a_runner_run_cannot_steer_it(tansu, worker, tmp_path):
+    """The security review's two attacks, live: 20 tool spans naming a runner's agent and run made that run's
+    first real call an enforced block; one invoke_agent span wiped a looping run's history. Spans' runs have
+    a state of their own: the first call is its run's first, and the looping run is blocked at its 21st call."""
+    names = worker.names
+    spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
+    first_run, looping_run = f"run-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+
+    def on_events(run: str, n: int):
+        def until(recs) -> bool:
+            return sum(1 for r in recs if json.loads(r.value).get("run_id") == run) >= n
+
+        return until
+
+    spans = SpansProcess(tansu, worker, spans_topic, tmp_path / "spans.log")
+    try:
+        # attack 1: 20 spans naming the run, delivered as events, then the runner's first call
+        asyncio.run(produce(tansu, spans_topic, [(None, victim_spans("victim", "s1", first_run, 20))]))
+        collect(tansu, names.events, on_events(first_run, 40), idle=0.5, timeout=60)
+        asyncio.run(produce(tansu, names.events, runner_events("victim", "s1", first_run, 0, 1, call_only_last=True)))
+        # attack 2: a looping run warned at 10; a span ends "it"; the loop goes on to its 21st call
+        asyncio.run(produce(tansu, names.events, runner_events("victim", "s2", looping_run, 0, 15)))
+        asyncio.run(produce(tansu, spans_topic, [(None, victim_spans("victim", "s2", looping_run, 0, end=True))]))
+        collect(tansu, names.events, on_events(looping_run, 31), idle=0.5, timeout=60)
+        asyncio.run(produce(tansu, names.events, runner_events("victim", "s2", looping_run, 15, 21, True)))
+
+        def blocked(recs) -> bool:
+            return any(v.get("run_id") == looping_run and v["action"] == "block" for _, v in decode_verdicts(recs))
+
+        control = [v for _, v in decode_verdicts(collect(tansu, names.control, blocked, timeout=90))]
+        assert [(v["action"], v["count"]) for v in control if v["run_id"] == looping_run] == [
+            ("warn", 10),
+            ("block", 20),
+        ]
+        assert [v for v in control if v["run_id"] == first_run] == []  # its first call: nothing to enforce
+        assert all(v.get("origin") is None for v in control)
+        # the spans' own run was watched: its verdicts are on the shadow topic only
+        shadow = [v for _, v in decode_verdicts(collect(tansu, names.shadow, idle=1.0, timeout=30))]
+        assert {(v["detector"], v["level"], v["count"]) for v in shadow if v["run_id"] == first_run} == {
+            ("generic_repeat", "warning", 10)
+        }
+        assert all(v["origin"] == "otel" for v in shadow if v["run_id"] in (first_run, looping_run))
+    finally:
+        assert spans.stop() == 0
+
+
+def test_real_langchain_spans_through_a_worker(tansu, worker, tmp_path):
+    """OpenLLMetry's LangChain instrumentation (the family whose stuck agent got no verdict before): a stuck
+    agent's real spans, through ``loopwarden spans`` and the worker, give the native events' verdicts; its run
+    ends (the run end and the tool events name one run)."""
+    pytest.importorskip("opentelemetry.instrumentation.langchain")
+    from tests.unit import otel_families as fam
+
+    names = worker.names
+    spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
+    script = fam.AGENTS["stuck"]
+    raw = fam.encoded_in_subprocess("openllmetry_langchain", ["stuck"])["stuck"]
+    asyncio.run(produce(tansu, spans_topic, [(None, raw)]))
+    native = rows(fam.native_events(script, origin="otel"), FleetConfig.from_document(CONFIG))
+    keep = ("detector", "level", "count", "action", "warning_key", "tool_name")
+    spans = SpansProcess(tansu, worker, spans_topic, tmp_path / "spans.log")
+    try:
+        events = [json.loads(o.value) for o in translate(Rec(spans_topic, 0, 0, None, raw), SpanSettings())]
+        run = events[0]["run_id"]
+        assert events[-1]["type"] == "run_end" and {e["run_id"] for e in events} == {run}
+
+        def mine(recs) -> list[dict]:
+            return [v for _, v in decode_verdicts(recs) if v["run_id"] == run]
+
+        got = mine(collect(tansu, names.shadow, lambda recs: len(mine(recs)) >= len(native), timeout=90))
+        assert [[v[k] for k in keep] for v in got] == [[r[k] for k in keep] for r in native]
+        assert all(v["shadow"] is True and v["origin"] == "otel" for v in got)
+    finally:
+        assert spans.stop() == 0

@@ -79,7 +79,8 @@ def test_openinference_spans(encoding):
     ]
     trace = events[0]["run_id"]
     assert len(trace) == 32  # no run id on these spans: the trace is the run
-    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("support", "sess-oi-1", trace)}
+    # a run named by its trace is the trace's, session included (OTEL.md, "Run identity")
+    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("support", trace, trace)}
     assert [e.get("tool_call_id") for e in events[:8:2]] == ["call_oi_0", "call_oi_1", "call_oi_2", None]
 
 
@@ -90,7 +91,8 @@ def test_openllmetry_spans(encoding):
     call = ("tool_call", "search", {"query": "loopwarden"}, None, None)
     result = ("tool_result", "search", {"query": "loopwarden"}, "no results", None)
     assert brief(events) == [call, result] * 2 + [("run_end", None, None, None, None)]
-    assert {(e["agent_id"], e["session_id"]) for e in events} == {("research", "sess-ol-1")}
+    trace = events[0]["run_id"]
+    assert {(e["agent_id"], e["session_id"], e["run_id"]) for e in events} == {("research", trace, trace)}
 
 
 def test_both_encodings_give_the_same_events():
@@ -314,3 +316,54 @@ def test_only_tool_and_agent_spans_are_kept_but_all_count_against_the_limit(enco
     assert len(kept) == 4 < len(every) == 8
     with pytest.raises(SpanDecodeError):
         decode_spans(raw, encoding, LIMIT, 7, keep=relevant)
+
+
+def _tool_span(attributes: dict):
+    from loopwarden.otel.spans import Span
+
+    return Span(
+        trace_id="ab" * 16,
+        span_id="cd" * 8,
+        parent_span_id="",
+        name="execute_tool lookup",
+        start_ns=1,
+        end_ns=2,
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", **attributes},
+        status_code=0,
+        status_message="",
+        events=[],
+        resource={},
+    )
+
+
+def test_wrappers_are_taken_off_only_for_the_families_that_wrap():
+    from loopwarden.otel.mapping import map_tool_span
+
+    message = '{"type": "tool", "data": {"content": "x", "tool_call_id": "c1"}}'
+    payload = '{"input_str": "q", "inputs": {"q": "job"}, "kwargs": {"tool_call_id": "c1"}}'
+    plain = map_tool_span(_tool_span({"gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}))
+    # a GenAI span (PydanticAI, contrib): a tool may return such JSON itself; taken as it is
+    assert json.loads(bytes(plain.call.params)) == json.loads(payload)
+    assert json.loads(bytes(plain.result.result)) == json.loads(message) and plain.call.tool_call_id is None
+    wrapped = map_tool_span(
+        _tool_span(
+            {"traceloop.span.kind": "tool", "gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}
+        )
+    )
+    assert json.loads(bytes(wrapped.call.params)) == {"q": "job"}
+    assert json.loads(bytes(wrapped.result.result)) == "x" and wrapped.call.tool_call_id == "c1"
+
+
+def test_text_taken_out_of_a_tool_message_stays_text():
+    from loopwarden.otel.mapping import map_tool_span
+
+    message = '{"type": "tool", "data": {"content": "42", "tool_call_id": "c1"}}'
+    attributes = {
+        "openinference.span.kind": "TOOL",
+        "input.value": '{"q": "x"}',
+        "input.mime_type": "application/json",
+        "output.value": message,
+        "output.mime_type": "application/json",
+    }
+    mapped = map_tool_span(_tool_span(attributes))
+    assert json.loads(bytes(mapped.result.result)) == "42"  # a runner sends the tool's text: a string
