@@ -78,10 +78,10 @@ class Sidecar:
         self._out.close()
 
 
-def install_hooks(host: Host, url: str, agent_id: str | None = None) -> None:
+def install_hooks(host: Host, url: str, agent_id: str | None = None, *flags: str) -> None:
     """``loopwarden hook install HOST --dir PROJECT --url URL``, the command a user runs."""
     argv = [str(Path(sys.executable).with_name("loopwarden")), "hook", "install", host.name, "--dir", str(host.project)]
-    argv += ["--url", url] + (["--agent-id", agent_id] if agent_id else [])
+    argv += ["--url", url] + (["--agent-id", agent_id] if agent_id else []) + list(flags)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert host.hooks_file.exists()
@@ -107,7 +107,7 @@ def run_ok(host: Host, prompt: str, **kw: Any) -> subprocess.CompletedProcess[st
     return proc
 
 
-def looping_session_is_warned_at_10_and_blocked_at_20(host: Host, model: FakeModelServer, calls: int = 23) -> None:
+def looping_session_is_warned_at_10_and_blocked_at_20(host: Host, model: FakeModelServer, calls: int = 21) -> None:
     model.fake.clear()
     model.fake.set(host.protocol, repeat(*host.shell(LOOP_COMMAND)), calls)
     run_ok(host, "append to ran.txt")

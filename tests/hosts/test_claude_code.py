@@ -44,3 +44,11 @@ def test_the_service_down_the_agent_runs_unharmed(tmp_path: Path, model) -> None
     scenarios.service_down_the_agent_runs_unharmed(
         _host(tmp_path, model, f"http://127.0.0.1:{scenarios.free_port()}"), model
     )
+
+
+def test_an_http_hook_straight_at_the_service_warns_and_blocks_alike(tmp_path: Path, model, service) -> None:
+    """``install --http``: Claude Code posts its hook JSON to /v1/hooks/claude-code; no hook process."""
+    host = ClaudeCode(tmp_path, model.url)
+    scenarios.install_hooks(host, service.url, None, "--http")
+    assert '"type": "http"' in host.hooks_file.read_text()
+    scenarios.looping_session_is_warned_at_10_and_blocked_at_20(host, model)
