@@ -156,6 +156,7 @@ class ServiceStats(msgspec.Struct, kw_only=True):
     unauthorized: int = 0
     not_found: int = 0
     too_large: int = 0
+    internal_errors: int = 0  # 500: a bug; the caller fails open
     sessions_evicted: int = 0
     runs_evicted: int = 0
     pending_evicted: int = 0

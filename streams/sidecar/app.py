@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import re
 import stat
@@ -31,6 +32,7 @@ from loopwarden.schemas import sidecar as api
 from loopwarden.sidecar.hooks_endpoint import claude_code_hook
 from loopwarden.sidecar.service import Service
 
+log = logging.getLogger(__name__)
 JSON = "application/json"
 _encoder = msgspec.json.Encoder()
 _AT = re.compile(r" - at `(\$[A-Za-z0-9_.\[\]]*)`$")
@@ -121,6 +123,12 @@ def make_app(service: Service, token: bytes | None = None) -> web.Application:
             return _error(404, "no such endpoint (see /v1/health)")
         except web.HTTPMethodNotAllowed as exc:
             return _error(405, f"method not allowed; use {', '.join(sorted(exc.allowed_methods))}")
+        except web.HTTPException as exc:
+            return _error(exc.status, exc.reason)
+        except Exception:  # noqa: BLE001 - a bug answers 500 (callers fail open), the service goes on
+            stats.internal_errors += 1
+            log.exception("sidecar request failed")
+            return _error(500, "internal error")
 
     app = web.Application(client_max_size=limit, middlewares=[guard])
     posts = {

@@ -1,0 +1,300 @@
+"""The local decision service's request handling, over real HTTP on loopback, without a broker.
+
+Bounds and errors (413 before and while reading, 400 that never echoes the
+body, 404, 405, 401 with a token compared as a whole), the tables (run_start
+splits a session's prompts, results without call ids pair by tool and
+params, every table an LRU with its count in /v1/health), the Unix socket's
+mode and the refusal to bind beyond loopback without a token. What the
+service publishes is captured where the outbox would send it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import stat
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from loopwarden import cli
+from loopwarden.runner import LoopClient
+from loopwarden.schemas.events import decode_event
+from loopwarden.sidecar.app import make_app, start_listeners
+from loopwarden.sidecar.service import Limits, Service
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+
+AGENT = {"agent_id": "a", "session_id": "s1"}
+SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
+
+
+class Captured:
+    """Stands in for the client's outbox: what would be sent."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.connected = asyncio.Event()
+
+    def put(self, topic: str, key: bytes | None, value: bytes) -> bool:
+        self.events.append(decode_event(value))
+        return True
+
+    def __len__(self) -> int:
+        return 0
+
+
+def service(limits: Limits | None = None) -> tuple[Service, Captured]:
+    client = LoopClient(bootstrap="127.0.0.1:1", config=CONFIG)
+    out = Captured()
+    client._outbox = out
+    return Service(client, limits), out
+
+
+@pytest.fixture
+async def http():
+    clients = []
+
+    async def make(limits: Limits | None = None, token: bytes | None = None):
+        svc, out = service(limits)
+        client = TestClient(TestServer(make_app(svc, token)))
+        await client.start_server()
+        clients.append(client)
+        return client, svc, out
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+def of_type(out: Captured, name: str) -> list:
+    return [e for e in out.events if type(e).__name__ == name]
+
+
+async def loop_calls(client, n: int, body: dict | None = None) -> list[dict]:
+    """``n`` identical calls, each followed by its result (the same every time: no progress)."""
+    answers = []
+    for _ in range(n):
+        r = await client.post("/v1/check", json={**AGENT, "tool_name": "read", "params": {"path": "a"}, **(body or {})})
+        a = await r.json()
+        answers.append(a)
+        result = {"run_id": a["run_id"], "tool_call_id": a["tool_call_id"], "result": {"text": "same"}}
+        await client.post("/v1/result", json={**AGENT, **result, "blocked": not a["proceed"]})
+    return answers
+
+
+async def test_a_looping_session_is_warned_then_blocked_with_text_from_fields(http):
+    client, svc, out = await http()
+    answers = await loop_calls(client, 14)
+    assert [a["action"] for a in answers] == ["allow"] * 10 + ["warn", "allow", "block", "block"]
+    warn, block = answers[10], answers[12]
+    assert (warn["detector"], warn["count"], warn["proceed"], warn["source"]) == ("generic_repeat", 10, True, "local")
+    assert (block["detector"], block["count"], block["proceed"]) == ("generic_repeat", 12, False)
+    assert "read" in block["message"] and block["verdict_id"] and not block["failed_open"]
+    assert len({a["run_id"] for a in answers}) == 1  # no run_start: the session's one run
+    acks = of_type(out, "VerdictAck")
+    assert [a.verdict_id for a in acks] == [answers[12]["verdict_id"], answers[13]["verdict_id"]]
+    assert {a.outcome for a in acks} == {"applied"}  # blocked: true, the veto reached the model
+    r = await client.post("/v1/ack", json={**AGENT, "verdict_id": warn["verdict_id"]})
+    assert (await r.json()) == {"ok": True, "paired": None}
+    assert of_type(out, "VerdictAck")[-1].verdict_id == warn["verdict_id"]
+
+
+async def test_run_start_separates_two_prompts_of_one_session(http):
+    client, svc, out = await http()
+    first = await loop_calls(client, 9)
+    r = await client.post("/v1/run_start", json=AGENT)
+    started = await r.json()
+    assert started["ended"] == first[0]["run_id"] and started["run_id"] != first[0]["run_id"]
+    second = await loop_calls(client, 9)
+    assert {a["action"] for a in first + second} == {"allow"}  # 9 + 9: never pooled into 18
+    assert {a["run_id"] for a in second} == {started["run_id"]}
+    ends = of_type(out, "RunEnd")
+    assert [e.run_id for e in ends] == [first[0]["run_id"]]
+    await client.post("/v1/run_end", json=AGENT)
+    assert [e.run_id for e in of_type(out, "RunEnd")] == [first[0]["run_id"], started["run_id"]]
+    health = await (await client.get("/v1/health")).json()
+    assert health["tables"]["sessions"] == 0 and health["tables"]["runs"] == 0
+
+
+async def test_results_without_call_ids_pair_by_tool_and_params(http):
+    client, svc, out = await http()
+    ids = []
+    for params in ({"path": "a", "n": 1}, {"path": "b"}, {"path": "a", "n": 1}):
+        r = await client.post("/v1/check", json={**AGENT, "tool_name": "read", "params": params})
+        ids.append((await r.json())["tool_call_id"])
+    # key order and spacing differ from the check's params: still the same JSON value
+    body = b'{"agent_id":"a","session_id":"s1","tool_name":"read","params":{ "n":1, "path":"a" },"result":"x"}'
+    r = await client.post("/v1/result", data=body)
+    assert (await r.json())["paired"] is True
+    r = await client.post("/v1/result", json={**AGENT, "tool_name": "read", "params": {"path": "b"}, "error": "boom"})
+    assert (await r.json())["paired"] is True
+    r = await client.post("/v1/result", json={**AGENT, "tool_name": "write", "params": {"path": "a"}, "result": 1})
+    assert (await r.json())["paired"] is False  # no pending check of that tool
+    results = of_type(out, "ToolResult")
+    assert [r.tool_call_id for r in results] == [ids[0], ids[1], None]  # the oldest of the two same calls first
+    assert bytes(results[1].error) == b'"boom"'
+    assert (await (await client.get("/v1/stats")).json())["service"]["results_unpaired"] == 1
+
+
+async def test_oversize_body_is_413_by_length_and_while_reading(http):
+    client, svc, out = await http(Limits(max_body=256))
+    r = await client.post("/v1/check", data=b"{" + b" " * 300 + b"}")
+    assert r.status == 413 and "256" in (await r.json())["error"]
+
+    async def chunks():
+        for _ in range(10):
+            yield b" " * 100
+
+    r = await client.post("/v1/check", data=chunks())  # chunked: no Content-Length to refuse early
+    assert r.status == 413
+    assert svc.stats.too_large == 2 and out.events == []
+
+
+async def test_bad_bodies_are_400_and_never_echoed(http):
+    client, svc, out = await http()
+    for body in (
+        b"{" + SECRET.encode(),  # not JSON
+        b'["' + SECRET.encode() + b'"]',  # not an object
+        b'{"agent_id":"a","tool_name":"' + SECRET.encode() + b'"' + b"x" * 300 + b"}",
+        b'{"agent_id":"a","session_id":"s","verdict_id":"v","outcome":"' + SECRET.encode() + b'"}',  # bad enum
+        b'{"agent_id":"a","tool_name":"read","tool_call_id":"' + b"y" * 600 + b'"}',  # id over its cap
+        b'{"tool_name":"read"}',  # no agent_id
+    ):
+        for path in ("/v1/check", "/v1/ack"):
+            r = await client.post(path, data=body)
+            text = await r.text()
+            assert r.status == 400, (path, body[:40], text)
+            assert SECRET not in text and "yyyy" not in text
+            assert "error" in await r.json()
+    r = await client.post("/v1/check", data=b'{"tool_name":"read"}')
+    assert (await r.json())["error"] == "Object missing required field `agent_id`"
+    assert out.events == []
+
+
+async def test_unknown_path_404_wrong_method_405(http):
+    client, svc, out = await http()
+    r = await client.get("/v1/nope")
+    assert r.status == 404 and "error" in await r.json()
+    r = await client.post("/check", json={**AGENT, "tool_name": "read"})
+    assert r.status == 404
+    r = await client.get("/v1/check")
+    assert r.status == 405 and "POST" in (await r.json())["error"]
+
+
+async def test_token_is_required_when_given(http):
+    client, svc, out = await http(token=b"s3cret-token")
+    check = {**AGENT, "tool_name": "read"}
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": "Bearer s3cret-token2"},
+        {"Authorization": "s3cret-token"},
+    ):
+        r = await client.post("/v1/check", json=check, headers=headers)
+        assert r.status == 401 and "s3cret" not in await r.text()
+        r = await client.get("/v1/nope", headers=headers)
+        assert r.status == 401  # before routing: a stranger learns nothing of the paths
+    good = {"Authorization": "Bearer s3cret-token"}
+    r = await client.post("/v1/check", json=check, headers=good)
+    assert r.status == 200 and (await r.json())["action"] == "allow"
+    assert (await client.get("/v1/health", headers=good)).status == 200
+    assert svc.stats.unauthorized == 8
+
+
+async def test_every_table_is_a_bounded_lru(http):
+    client, svc, out = await http(Limits(max_sessions=3, max_runs=2, max_pending=4))
+    for i in range(5):
+        await client.post("/v1/check", json={"agent_id": "a", "session_id": f"s{i}", "tool_name": "read"})
+    health = await (await client.get("/v1/health")).json()
+    assert health["tables"] == {
+        "sessions": 3,
+        "runs": 2,
+        "pending": 2,  # a dropped run's pending checks go with it
+        "max_sessions": 3,
+        "max_runs": 2,
+        "max_pending": 4,
+        "max_body": 1 << 20,
+    }
+    assert len(svc.client._runs) == 2  # dropped runs are no longer registered with the client
+    for _ in range(6):
+        await client.post("/v1/check", json={"agent_id": "a", "session_id": "s4", "tool_name": "read"})
+    stats = (await (await client.get("/v1/stats")).json())["service"]
+    assert (stats["sessions_evicted"], stats["runs_evicted"], stats["pending_evicted"]) == (2, 3, 4)  # 2 + 6 > 4
+    assert svc.tables().pending == 4
+
+
+async def test_a_worker_block_and_warning_answer_the_next_check(http):
+    """What the worker sends for a call that already ran (a correction, a fleet block) answers the run's
+    next check, its text built from the verdict's fields."""
+    from loopwarden.schemas.verdicts import Verdict
+
+    client, svc, out = await http()
+    first = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
+    run_id = first["run_id"]
+    key = run_id.encode()
+    fields = {"agent_id": "a", "session_id": "s1", "run_id": run_id, "tool_name": "exec", "count": 7}
+    svc.client._on_verdict(
+        key, Verdict(verdict_id="w-1", action="warn", detector="cross_run_repeat", level="warning", **fields)
+    )
+    a = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
+    assert (a["action"], a["source"], a["verdict_id"], a["proceed"]) == ("warn", "worker_warning", "w-1", True)
+    svc.client._on_verdict(
+        key,
+        Verdict(
+            verdict_id="b-1", action="block", detector="fleet_incident", level="critical", message=SECRET, **fields
+        ),
+    )
+    b = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
+    assert (b["action"], b["source"], b["verdict_id"], b["detector"]) == (
+        "block",
+        "pending_block",
+        "b-1",
+        "fleet_incident",
+    )
+    assert SECRET not in b["message"] and "exec" in b["message"]
+    c = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
+    assert c["action"] == "allow"
+
+
+async def test_unix_socket_is_0600_and_serves(tmp_path):
+    svc, out = service()
+    path = str(tmp_path / "lw.sock")
+    (tmp_path / "lw.sock").touch()
+    with pytest.raises(FileExistsError):  # a regular file is never removed
+        await start_listeners(make_app(svc), None, 0, path)
+    os.unlink(path)
+    runner, urls = await start_listeners(make_app(svc), "127.0.0.1", 0, path)
+    try:
+        assert urls[0].startswith("http://127.0.0.1:") and urls[1] == f"unix:{path}"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
+            async with session.post("http://sidecar/v1/check", json={**AGENT, "tool_name": "read"}) as r:
+                assert (await r.json())["action"] == "allow"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "example.org"])
+def test_refuses_to_bind_beyond_loopback_without_a_token(host, capsys):
+    parser = cli.build_parser()
+    args = parser.parse_args(["sidecar", "--host", host, "--config", "x.json"])
+    assert args.func(args) == 2
+    assert "beyond loopback" in capsys.readouterr().err
+
+
+def test_empty_token_file_is_refused(tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("\n")
+    args = cli.build_parser().parse_args(["sidecar", "--token-file", str(token)])
+    assert args.func(args) == 2 and "empty" in capsys.readouterr().err
+
+
+def test_loopback_names():
+    from loopwarden.sidecar.app import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.5.5.5", "::1", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "localhost.example.org"))
+    assert isinstance(cli.build_parser().parse_args(["sidecar"]), argparse.Namespace)
