@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from loopwarden.bench.stats import percentile
+from loopwarden.sidecar.process import SidecarProcess
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
 
@@ -36,22 +37,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"the service exited with {proc.returncode} before answering")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the service did not answer /v1/health in time")
 
 
 def _input(host: str, i: int) -> bytes:
@@ -90,11 +75,8 @@ def run(args: argparse.Namespace) -> int:
     service = None
     url = args.url
     if url is None:
-        port = _free_port()
-        cmd = [script, "sidecar", "--config", str(args.config), "--host", "127.0.0.1", "--port", str(port)]
-        service = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_healthy(port, service)
-        url = f"http://127.0.0.1:{port}"
+        service = SidecarProcess(["--config", str(args.config)]).start()
+        url = service.url
     down = f"http://127.0.0.1:{_free_port()}"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWARDEN_")}
     rows = []
@@ -112,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 rows.append((name, state, _time(argv, env, args.runs, args.warmup, args.host)))
     finally:
         if service is not None:
-            service.terminate()
-            service.wait(10)
+            service.stop()
     load = os.getloadavg()[0]
     print(
         f"one hook run, process start to exit ({args.runs} runs each, load average {load:.2f}, {os.cpu_count()} CPUs)"

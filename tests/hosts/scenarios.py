@@ -13,10 +13,10 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts import fake_models
 from tests.hosts.fake_models import FakeModelServer, progress, repeat
 from tests.hosts.harness import Host, session_of
@@ -40,42 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Sidecar:
-    """``loopwarden sidecar`` in a process of its own, on a free loopback port."""
-
-    def __init__(self, log: Path, config: Path = LOOP_CONFIG, extra: list[str] | None = None, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        argv = [str(Path(sys.executable).with_name("loopwarden")), "sidecar", "--config", str(config)]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), *(extra or [])]
-        self.log = log
-        self._out = open(log, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        self._wait()
-
-    def _wait(self, deadline: float = 60.0) -> None:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sidecar exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"sidecar not healthy: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._out.close()
+def sidecar(log: Path, config: Path = LOOP_CONFIG, extra: list[str] | None = None) -> SidecarProcess:
+    """``loopwarden sidecar`` in a process of its own, on a free loopback port, ready."""
+    return SidecarProcess(["--config", str(config), *(extra or [])], log_path=log).start()
 
 
 def install_hooks(host: Host, url: str, agent_id: str | None = None, *flags: str) -> None:

@@ -58,7 +58,7 @@ def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incid
     try:
         with FakeModelServer() as model:
             for dev in ("dev-alice", "dev-bob"):
-                service = scenarios.Sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
+                service = scenarios.sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
                 services.append(service)
                 host = ClaudeCode(tmp_path / dev, model.url)
                 scenarios.install_hooks(host, service.url, dev)
