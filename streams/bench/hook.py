@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import loopwarden.hooks as hooks_package
 from loopwarden.bench.stats import percentile
 from loopwarden.sidecar.process import SidecarProcess
 
@@ -79,20 +82,39 @@ def run(args: argparse.Namespace) -> int:
         url = service.url
     down = f"http://127.0.0.1:{_free_port()}"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWARDEN_")}
+    tmp = tempfile.mkdtemp(prefix="lw-bench-hook-")
+    os.symlink(Path(hooks_package.__file__).resolve().parents[1], Path(tmp) / "loopwarden")
+    bare = {"PYTHONPATH": tmp}
     rows = []
     try:
         floor = [("python -S -c pass", [py, "-S", "-c", "pass"]), ("python -c pass", [py, "-c", "pass"])]
         for name, argv in floor:
             rows.append((name, "-", _time(argv, base_env, args.runs, args.warmup, args.host)))
         hooks = [
-            (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host]),
-            (f"loopwarden hook {args.host}", [script, "hook", args.host]),
+            (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host], {}),
+            (f"loopwarden hook {args.host}", [script, "hook", args.host], {}),
+            # the package found on PYTHONPATH, no site: the interpreter start without this venv's
+            # editable-install finder (a .pth hook that imports pathlib and more at every start)
+            (f"python -S -m loopwarden.hooks {args.host}", [py, "-S", "-m", "loopwarden.hooks", args.host], bare),
         ]
         for state, target in (("up", url), ("down", down)):
-            env = base_env | {"LOOPWARDEN_SIDECAR_URL": target}
-            for name, argv in hooks:
+            for name, argv, extra in hooks:
+                env = base_env | extra | {"LOOPWARDEN_SIDECAR_URL": target}
                 rows.append((name, state, _time(argv, env, args.runs, args.warmup, args.host)))
+        inner = []  # the hook's own work in its process: imports and the exchange, interpreter start aside
+        code = (
+            "import sys, time; t = time.perf_counter(); from loopwarden.hooks.command import run_hook; "
+            "run_hook(sys.argv[1:], sys.stdin.buffer.read()); print((time.perf_counter() - t) * 1000)"
+        )
+        env = base_env | bare | {"LOOPWARDEN_SIDECAR_URL": url}
+        for i in range(args.warmup + args.runs):
+            proc = subprocess.run(
+                [py, "-S", "-c", code, args.host], input=_input(args.host, i), env=env, capture_output=True
+            )
+            if i >= args.warmup:
+                inner.append(float(proc.stdout))
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         if service is not None:
             service.stop()
     load = os.getloadavg()[0]
@@ -102,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'command':<40} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
     for name, state, ms in rows:
         print(f"{name:<40} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
+    inner.sort()
+    print(
+        f"{'in-process: import + exchange (up)':<40} {'up':>7} {inner[0]:7.1f} {percentile(inner, 0.5):7.1f} "
+        f"{percentile(inner, 0.95):7.1f}"
+    )
     floor_median = percentile(rows[1][2], 0.5)
     for name, state, ms in rows[2:]:
         print(f"{name} ({state}): median {percentile(ms, 0.5) - floor_median:+.1f} ms over a bare 'python -c pass'")
