@@ -139,3 +139,31 @@ def service_down_the_agent_runs_unharmed(host: Host, model: FakeModelServer, cal
     assert len(results) == calls and ran(host) == calls
     assert not WARNING.search(whole) and not CRITICAL.search(whole)
     assert fake_models.FINAL_TEXT in proc.stdout
+
+
+class HostTests:
+    """The tests of one host: ``class TestHost(HostTests): host_class = ...`` in the host's module
+    (the module-scoped ``model`` and ``service`` fixtures are in tests/hosts/conftest.py)."""
+
+    host_class: type[Host]
+
+    def host(self, root: Path, model: FakeModelServer, url: str) -> Host:
+        host = self.host_class(root, model.url)
+        install_hooks(host, url)
+        return host
+
+    def test_a_looping_session_is_warned_at_10_and_blocked_at_20(self, tmp_path: Path, model, service) -> None:
+        looping_session_is_warned_at_10_and_blocked_at_20(self.host(tmp_path, model, service.url), model)
+
+    def test_a_healthy_session_is_never_touched(self, tmp_path: Path, model, service) -> None:
+        healthy_session_is_never_touched(self.host(tmp_path, model, service.url), model)
+
+    def test_two_sessions_never_pool(self, tmp_path: Path, model, service) -> None:
+        sessions_never_pool(lambda tag: self.host(tmp_path / tag, model, service.url), model)
+
+    def test_two_prompts_of_one_session_never_pool(self, tmp_path: Path, model, service) -> None:
+        prompts_never_pool(self.host(tmp_path, model, service.url), model)
+
+    def test_the_service_down_the_agent_runs_unharmed(self, tmp_path: Path, model) -> None:
+        host = self.host(tmp_path, model, f"http://127.0.0.1:{free_port()}")
+        service_down_the_agent_runs_unharmed(host, model)
