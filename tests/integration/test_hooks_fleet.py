@@ -17,7 +17,7 @@ from tests.hosts import scenarios
 from tests.hosts.fake_models import FakeModelServer, repeat
 from tests.hosts.harness import ClaudeCode
 
-from .support import Names, WorkerProcess, collect
+from .support import collect, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,27 +29,14 @@ CONFIG = {
 
 
 @pytest.fixture(scope="module")
-def names() -> Names:
-    return Names("hookfleet")
-
-
-@pytest.fixture(scope="module")
-def worker(tansu: str, tmp_path_factory: pytest.TempPathFactory, names: Names):
-    tmp = tmp_path_factory.mktemp("hook-fleet")
-    path = tmp / "loop.json"
-    path.write_text(json.dumps(CONFIG))
-    w = WorkerProcess(tansu, names, tmp / "data", config=path)
-    w.start()
-    try:
-        w.wait_ready()
-        yield w
-    finally:
-        w.stop()
+def worker(tansu: str, tmp_path_factory: pytest.TempPathFactory):
+    yield from ready_worker(tansu, tmp_path_factory.mktemp("hook-fleet"), "hookfleet", CONFIG)
 
 
 def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incident(
-    tansu: str, names: Names, worker, tmp_path: Path
+    tansu: str, worker, tmp_path: Path
 ) -> None:
+    names = worker.names
     config = tmp_path / "loop.json"
     config.write_text(json.dumps(CONFIG))
     topics = ["--bootstrap", tansu, "--events-topic", names.events, "--control-topic", names.control]
