@@ -17,6 +17,7 @@ worker and the live config feed log the same warnings this returns.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,39 @@ def explain_block(block: Any, agent_block: Any = None) -> tuple[ResolvedConfig, 
     return resolve_block(block, notes, agent_block), notes
 
 
+def reach_warnings(c: ResolvedConfig, where: str) -> list[str]:
+    """Thresholds the window can never reach. A count covers records of the window, so it is at most
+    ``historySize`` (RULES.md §7), ping-pong's at most ``historySize`` + 1: a threshold above that
+    never fires, and OpenClaw says nothing about it."""
+    h, out = c.history_size, []
+    rolling = [
+        name
+        for name, on in (("genericRepeat", c.generic_repeat), ("knownPollNoProgress", c.known_poll_no_progress))
+        if on
+    ]
+    for key, value, verb in (
+        ("warningThreshold", c.warning_threshold, "warn"),
+        ("criticalThreshold", c.critical_threshold, "block"),
+    ):
+        never = rolling if value > h else []
+        never += ["pingPong"] if c.ping_pong and value > h + 1 else []
+        if never:
+            out.append(
+                f"{where}: {key} {value} can never be reached with historySize {h}: "
+                f"{' and '.join(never)} never {verb}; raise historySize to at least {value} or lower {key}"
+            )
+    for key, value in (
+        ("globalCircuitBreakerThreshold", c.global_circuit_breaker_threshold),
+        ("unknownToolThreshold", c.unknown_tool_threshold),
+    ):
+        if value > h:
+            out.append(
+                f"{where}: {key} {value} can never be reached with historySize {h}; "
+                f"raise historySize to at least {value} or lower {key}"
+            )
+    return out
+
+
 def check_document(doc: Any, source: str | None = None) -> ConfigReport:
     """Check a parsed OpenClaw-shaped config document (see the module docstring)."""
     if doc is None:
@@ -220,12 +254,14 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
     ext = ext_of(None)
     effective, notes = with_profile(fleet.global_block, effective, notes, ext)
     blocks = [BlockReport(scope="global", effective=effective, notes=notes, extensions=ext)]
+    warnings += reach_warnings(effective, "tools.loopDetection")
     for agent, own in fleet.agent_blocks.items():
         block = overlay(fleet.global_block, own)
         effective, notes = explain_block(block, own)
         ext = ext_of(agent)
         effective, notes = with_profile(block, effective, notes, ext)
         blocks.append(BlockReport(scope="agent", agent_id=agent, effective=effective, notes=notes, extensions=ext))
+        warnings += reach_warnings(effective, f"agent {agent}")
     return ConfigReport(source=source, blocks=blocks, warnings=warnings)
 
 
@@ -274,6 +310,24 @@ def check_file(path: str | Path) -> tuple[FleetConfig | None, ConfigReport]:
 
 
 # ------------------------------------------------------------------ text
+
+
+def load_checked(path: str | Path | None, say: Callable[[str], Any]) -> FleetConfig | None:
+    """Read a config file the way every command and the runner do: its errors, warnings (unknown keys,
+    thresholds out of reach) and the detection-off notice each handed to ``say``; ``None`` if unusable.
+    ``None`` as the path: the defaults (and the notice)."""
+    if path is None:
+        config: FleetConfig | None = FleetConfig()
+    else:
+        config, report = check_file(path)
+        for text in report.errors:
+            say(text)
+        for text in report.warnings:
+            say(f"config warning: {text}")
+    notice = detection_off_notice(config) if config is not None else None
+    if notice:
+        say(notice)
+    return config
 
 
 def detection_off_notice(fleet: FleetConfig) -> str | None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import argparse
 
+from loopwarden import extra_hint
+
 COMMANDS = (
     ("replay", "loopwarden.replay"),
     ("config", "loopwarden.config_command"),
@@ -78,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra is None:
             raise
         print(
-            f"loopwarden {args.command} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
-            f"(from a clone: pip install '.[{extra}]')",
+            f"loopwarden {args.command} needs the '{extra}' extra: {extra_hint(extra)}",
             file=sys.stderr,
         )
         return 1

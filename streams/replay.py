@@ -152,22 +152,10 @@ def replay_lines(
 
 
 def load_checked_config(path: str | None, prog: str) -> FleetConfig | None:
-    """The config with :mod:`loopwarden.schemas.config_check`'s warnings, and the notice when
-    detection is off, printed to stderr; ``None`` if unusable."""
-    from loopwarden.schemas.config_check import check_file, detection_off_notice
+    """The config, its warnings and the detection-off notice printed to stderr; ``None`` if unusable."""
+    from loopwarden.schemas.config_check import load_checked
 
-    if path is None:
-        config = FleetConfig()
-    else:
-        config, report = check_file(path)
-        for text in report.errors:
-            print(f"{prog}: {text}", file=sys.stderr)
-        for text in report.warnings:
-            print(f"{prog}: config warning: {text}", file=sys.stderr)
-    notice = detection_off_notice(config) if config is not None else None
-    if notice:
-        print(f"{prog}: {notice}", file=sys.stderr)
-    return config
+    return load_checked(path, lambda text: print(f"{prog}: {text}", file=sys.stderr))
 
 
 def run(args) -> int:

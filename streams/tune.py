@@ -26,11 +26,12 @@ from typing import NamedTuple
 import msgspec
 from msgspec import UNSET
 
+from loopwarden import extra_hint
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
-from loopwarden.schemas.config import ConfigError, FleetConfig, load_config
-from loopwarden.schemas.config_check import detection_off_notice
+from loopwarden.schemas.config import ConfigError, FleetConfig
+from loopwarden.schemas.config_check import load_checked
 from loopwarden.schemas.events import EventDecodeError, RunEnd, ToolCall, ToolResult, decode_event, state_key
 from loopwarden.schemas.jsvalues import is_blank
 
@@ -557,7 +558,7 @@ def draw(report: Report):
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("loopwarden tune --plot needs matplotlib: pip install 'loopwarden[plot]'") from None
+        raise SystemExit(f"loopwarden tune --plot needs matplotlib: {extra_hint('plot')}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
@@ -610,15 +611,14 @@ def _run(args) -> int:
     if not traces:
         print("loopwarden tune: no TRACE given (JSONL event files or directories)", file=sys.stderr)
         return 2
+    fleet = load_checked(args.config, lambda text: print(f"loopwarden tune: {text}", file=sys.stderr))
+    if fleet is None:
+        return 2
     try:
-        fleet = load_config(args.config)
         sweeps = [parse_sweep(s) for s in knobs]
     except (ConfigError, ValueError) as exc:
         print(f"loopwarden tune: {exc}", file=sys.stderr)
         return 2
-    notice = detection_off_notice(fleet)
-    if notice:
-        print(f"loopwarden tune: {notice}", file=sys.stderr)
     files = trace_files(traces)
     try:
         prep = prepare(_lines(files), fleet.uses_profile())

@@ -22,7 +22,13 @@ if [ -x .venv/bin/python ] && [ -f "$STAMP" ]; then
   read -r have_hash have_extras < "$STAMP" || true
   # "dev" includes every other extra, so a test venv also serves the demo.
   if [ "$have_hash" = "$HASH" ] && { [ -z "$EXTRAS" ] || [ "${have_extras:-}" = "$EXTRAS" ] || [ "${have_extras:-}" = dev ]; }; then
-    exit 0
+    # The stamp is not enough: a `pip install '.[extra]'` (without -e) replaces the editable
+    # install, and edits to the clone would stop taking effect. loopwarden must import from here.
+    here=$(.venv/bin/python -c 'import os, loopwarden; print(os.path.dirname(os.path.realpath(loopwarden.__file__)))' 2>/dev/null || true)
+    if [ "$here" = "$(pwd -P)/streams" ]; then
+      exit 0
+    fi
+    echo "note: .venv's loopwarden is not the editable install of this clone (${here:-not importable}): reinstalling" >&2
   fi
 fi
 echo "setting up .venv (loopwarden${EXTRAS:+[$EXTRAS]}; about a minute the first time)..." >&2

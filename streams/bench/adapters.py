@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
+from loopwarden import extra_hint
 from loopwarden.bench.latency import CONFIG, _stack_parts
 from loopwarden.bench.stats import percentile
 
@@ -229,7 +230,7 @@ def _missing(framework: str) -> str | None:
     try:
         __import__(modules[framework])
     except ImportError as exc:
-        return f"not installed ({exc.name or exc}); pip install 'loopwarden[{framework.replace('_', '-')}]'"
+        return f"not installed ({exc.name or exc}); {extra_hint(framework.replace('_', '-'))}"
     return None
 
 

@@ -43,7 +43,7 @@ PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not 
 # What the screen shows (it prints this legend under the view).
 LEGEND = (
     "warn     a note to the model · block: call refused · abort: run stopped",
-    "allow    a gated call may go on · tool, agent: of the detector's latest verdict",
+    "allow    a gated call may go on · each row's tool and agent: its detector's latest verdict",
     "incident runs of 2+ agents getting one outcome from one tool; since: opened",
 )
 KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}
@@ -225,7 +225,8 @@ class View:
             head,
             title=f"loopwarden dev — broker {self.bootstrap}",
             title_align="left",
-            subtitle=f"worker metrics: http://127.0.0.1:{self.port}/metrics",
+            # the final frame outlives the worker: no address that is about to stop answering
+            subtitle=None if final else f"worker metrics: http://127.0.0.1:{self.port}/metrics",
             subtitle_align="right",
         )
 
@@ -347,37 +348,44 @@ async def _run(args: argparse.Namespace, bootstrap: str, worker: Any, notes: lis
         seed=seed,
     )
     sim = asyncio.create_task(publish(bootstrap, "agent.events", events, args.rate, args.duration or None, stats))
-    if tty:
-        with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
+    interrupted = False
+    try:
+        if tty:
+            with Live(view.render(0), console=console, refresh_per_second=4, transient=False) as live:
+                while not sim.done():
+                    await asyncio.sleep(0.5)
+                    view.sample()
+                    live.update(view.render(stats.sent))
+                await asyncio.sleep(1.0)  # the last verdicts
+                view.sample()
+                live.update(view.render(stats.sent, final=True))
+        else:  # a log or a pipe: a plain line every few seconds, the full view (with its legend) at the end
+            next_line = time.monotonic() + PROGRESS_EVERY
             while not sim.done():
                 await asyncio.sleep(0.5)
                 view.sample()
-                live.update(view.render(stats.sent))
-            await asyncio.sleep(1.0)  # the last verdicts
+                if time.monotonic() >= next_line and not sim.done():
+                    next_line += PROGRESS_EVERY
+                    print(view.progress_line(stats.sent), flush=True)
+            await asyncio.sleep(1.0)
             view.sample()
-            live.update(view.render(stats.sent, final=True))
-    else:  # a log or a pipe: a plain line every few seconds, the full view once at the end
-        print("\n".join(LEGEND), flush=True)
-        next_line = time.monotonic() + PROGRESS_EVERY
-        while not sim.done():
-            await asyncio.sleep(0.5)
-            view.sample()
-            if time.monotonic() >= next_line and not sim.done():
-                next_line += PROGRESS_EVERY
-                print(view.progress_line(stats.sent), flush=True)
-        await asyncio.sleep(1.0)
-        view.sample()
-        print(view.progress_line(stats.sent, final=True), flush=True)
-        console.print(view.render(stats.sent, final=True))
-    stop.set()
-    await asyncio.gather(*watchers)
-    sim.result()
+            print(view.progress_line(stats.sent, final=True), flush=True)
+            console.print(view.render(stats.sent, final=True))
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task; still end with the summary
+        interrupted = True
+    finally:
+        stop.set()
+        sim.cancel()  # stops the simulator's producer in its own clean-up (no task left pending)
+        await asyncio.gather(sim, *watchers, return_exceptions=True)
+    if not interrupted:
+        sim.result()
     print(
-        f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
+        ("\ninterrupted: " if interrupted else "")
+        + f"sent {stats.sent} events, {view.verdicts} verdicts; worker processed "
         f"{view.metrics.get('loopwarden_events_total', 0):.0f} events",
         flush=True,
     )
-    return 0
+    return 130 if interrupted else 0
 
 
 async def _wait_ready(console: Any, worker: Any) -> bool:

@@ -83,33 +83,37 @@ async def read_broker(bootstrap: str) -> Snapshot:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="loopwarden-snapshot")
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, client_id="loopwarden-snapshot")
+    # one assignment of every partition and short fetch waits: topic by topic, each reassignment
+    # restarted the fetcher and waited out a fetch (about a second per topic, 15 s for a stop)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, client_id="loopwarden-snapshot", fetch_max_wait_ms=10
+    )
     await admin.start()
     await consumer.start()
     try:
         names = sorted(name for name in await admin.list_topics() if not name.startswith("__"))  # not the broker's
         # partition counts first: once the consumer is assigned, its metadata covers those topics only
         counts = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)} if names else {}
-        topics: list[Topic] = []
-        for name in names:
-            parts = range(counts.get(name, 0))
-            tps = [TopicPartition(name, p) for p in parts]
-            records: list[Record] = []
-            if tps:
-                ends = await consumer.end_offsets(tps)
-                consumer.assign(tps)
-                await consumer.seek_to_beginning(*tps)
-                todo = {tp for tp in tps if ends[tp] > 0}
-                while todo:
-                    batch = await consumer.getmany(*todo, timeout_ms=1000)
-                    for tp, msgs in batch.items():
-                        records += [
-                            Record(tp.partition, m.key, m.value, m.timestamp, list(m.headers or ())) for m in msgs
-                        ]
-                        if await consumer.position(tp) >= ends[tp]:
-                            todo.discard(tp)
-            topics.append(Topic(name=name, partitions=len(parts), records=records))
-        return Snapshot(topics=topics)
+        tps = [TopicPartition(name, p) for name in names for p in range(counts.get(name, 0))]
+        records: dict[str, list[Record]] = {name: [] for name in names}
+        if tps:
+            ends = await consumer.end_offsets(tps)
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            todo = {tp for tp in tps if ends[tp] > 0}
+            while todo:
+                batch = await consumer.getmany(*todo, timeout_ms=1000)
+                for tp, msgs in batch.items():
+                    records[tp.topic] += [
+                        Record(tp.partition, m.key, m.value, m.timestamp, list(m.headers or ())) for m in msgs
+                    ]
+                for tp in list(todo):
+                    # Tansu's end offsets can stop short of the log end; a fetch's high watermark does not
+                    if await consumer.position(tp) >= max(ends[tp], consumer.highwater(tp) or 0):
+                        todo.discard(tp)
+        return Snapshot(
+            topics=[Topic(name=name, partitions=counts.get(name, 0), records=records[name]) for name in names]
+        )
     finally:
         await consumer.stop()
         await admin.close()

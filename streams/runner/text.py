@@ -59,10 +59,13 @@ def _unknown_name(verdict: Verdict, tool: str | None) -> str | None:
 
 
 def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
-    """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``).
+    """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``);
+    empty for an ``allow``.
 
     ``own_tool``: the tool name of the runner's own call that the verdict answers, used instead of
     the record's (normalized as the worker does, so an honest verdict reads the same)."""
+    if verdict.action == "allow":
+        return ""  # an allow tells the model nothing (and must never read "blocked")
     detector, critical = verdict.detector, verdict.level == "critical"
     name = normalize_tool_name(own_tool) if own_tool is not None else verdict.tool_name
     tool, n = safe_name(name), safe_count(verdict.count)

@@ -42,8 +42,9 @@ async def main() -> str:
             if d.action == "abort":  # compaction_loop_persisted: end the run
                 break
         await run.end()
-        print(f"{model.turns - 1} tool calls, last decision {last}; client stats: {lw.stats}")
-        return last
+    # after the client closed: its events are delivered (or counted as not), so the stats are final
+    print(f"{model.turns - 1} tool calls, last decision {last}; client stats: {lw.stats}")
+    return last
 
 
 # README: end

@@ -171,3 +171,17 @@ async def test_a_tool_shared_by_two_guarded_agents_is_gated_once(tansu, worker):
         out = outputs(result)
         assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(runs))
         assert client.stats.checks == REPEATS
+
+
+async def test_runs_of_one_conversation_never_pool_with_tracing_off(tansu, worker):
+    # the README's way: Runner.run with lw.run_config(RunConfig(group_id=...)), tracing off, no trace id:
+    # each Runner.run is a run of its own, so three runs of ten identical calls are never warned
+    agent, runs = agent_with_counting_tool(scripted(10, {"q": "job 7"}))
+    async with client_for(tansu, worker) as client:
+        lw = guard_agent(agent, client, timeout=10.0)
+        config = RunConfig(group_id=rid("oa-conversation"), tracing_disabled=True)
+        for _ in range(3):
+            agent.model = scripted(10, {"q": "job 7"})
+            result = await Runner.run(agent, "poll", run_config=lw.run_config(config), max_turns=20)
+            assert all("WARNING" not in text for text in outputs(result).values())
+        assert len(runs) == 30 and client.stats.warned == 0 and client.stats.checks == 30

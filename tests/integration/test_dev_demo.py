@@ -33,7 +33,8 @@ def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path
     progress = [line for line in out.splitlines() if re.match(r"\[\s*\d+s / 11s\] sent \d+", line)]
     assert len(progress) >= 2, out  # a line every 5 s while it runs, not just one frame at the end
     assert "done: 11s" in out and "avg" in out  # the last frame says it finished
-    assert "verdicts of detector" in out and "warn     a note to the model" in out
+    assert "verdicts of detector" in out and out.count("warn     a note to the model") == 1  # the legend, once
+    assert "/metrics" not in out.split("done: 11s")[-1]  # the closing frame names no address that is gone
     # the outage scenario (and loops shared by many agents) open incidents; the view lists them
     assert re.search(r"^inc-[0-9a-f]{20} ", out, re.M), out
     assert re.search(r"open incidents [1-9]", out) and re.search(r"open incidents: [1-9]", out), out
@@ -69,3 +70,31 @@ def test_dev_demo_cleans_up_after_a_closed_terminal(tmp_path):
     assert proc.returncode == 128 + signal.SIGHUP, err
     assert not list(tmp_path.glob("loopwarden-dev-*")), err
     assert "worker log" not in out + err  # no path of a log that no longer exists
+
+
+def test_dev_demo_ctrl_c_ends_with_the_summary_and_no_pending_task(tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0", "--rate", "300"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not list(tmp_path.glob("loopwarden-dev-*/worker-*.log")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(12.0)  # the worker is up and the simulator sends
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert re.search(r"^interrupted: sent [1-9]\d* events, \d+ verdicts; worker processed \d+ events$", out, re.M), out
+    assert out.endswith("\n")
+    assert "Task was destroyed" not in err and "Traceback" not in err, err
+    assert not list(tmp_path.glob("loopwarden-dev-*"))

@@ -79,8 +79,8 @@ def test_core_install_names_the_missing_extra_in_one_line(core_venv, tmp_path):
         out = subprocess.run([lw, *argv], capture_output=True, text=True, cwd=tmp_path, stdin=subprocess.DEVNULL)
         assert out.returncode == 1, out.stderr
         assert out.stderr.strip().splitlines()[-1] == (
-            f"loopwarden {argv[0]} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
-            f"(from a clone: pip install '.[{extra}]')"
+            f"loopwarden {argv[0]} needs the '{extra}' extra: in the clone: .venv/bin/pip install -e '.[{extra}]' "
+            f"(elsewhere: pip install '/path/to/loopwarden[{extra}]')"
         ), out.stderr
         assert "Traceback" not in out.stderr
 

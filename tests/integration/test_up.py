@@ -93,8 +93,10 @@ def test_up_blocks_the_readme_runner_and_ctrl_c_cleans_up(tmp_path):
     up = Up(tmp_path, "--config", str(CONFIG))
     try:
         banner = up.wait_banner()
-        assert f'LoopClient(bootstrap="{up.bootstrap}")' in banner
+        # the line for a runner names the worker's config, so it decides in-process as the README says
+        assert f'LoopClient(bootstrap="{up.bootstrap}", config={str(CONFIG.resolve())!r})' in banner
         assert f"LOOPWARDEN_RUNNER_BOOTSTRAP={up.bootstrap}" in banner
+        assert f"LOOPWARDEN_RUNNER_CONFIG={CONFIG.resolve()}" in banner
         children = up.descendants()
         assert len(children) >= 2, children  # Tansu and the worker (and nothing has exited)
 
@@ -106,13 +108,15 @@ def test_up_blocks_the_readme_runner_and_ctrl_c_cleans_up(tmp_path):
         assert (
             "21 tool calls, last decision block" in lines[2] and "fail_open_timeout=0, fail_open_error=0" in lines[2]
         ), ran.stdout
+        # printed after the client closed, as the README shows it: 21 calls, 21 results, 2 acks, run_end
+        assert "ClientStats(events_sent=45, send_errors=0," in lines[2], ran.stdout
 
         assert up.stop(signal.SIGINT) == 0, up.text()
     finally:
         if up.proc.poll() is None:
             up.proc.kill()
     assert [pid for pid in children if alive(pid)] == []
-    assert "stopping" in up.err.read_text()
+    assert "stopping the worker" in up.err.read_text() and "stopped in" in up.err.read_text()
     assert not list(tmp_path.glob("loopwarden-up-*"))  # the temp folder is gone
 
 
@@ -175,7 +179,8 @@ def test_up_data_dir_keeps_a_runs_history_across_restarts(tmp_path):
     third = Up(tmp_path, "--config", str(CONFIG), "--data-dir", str(data))
     try:
         third.wait_banner()
-        assert "starting afresh" in third.err.read_text()
+        # says why: the last stop was unclean and the runs' state is gone
+        assert "did not stop cleanly" in third.err.read_text() and "state is gone" in third.err.read_text()
         assert asyncio.run(calls(third.bootstrap, 11)) == ["allow"] * 10 + ["warn"]  # a new start, consistent
         assert third.stop() == 0, third.text()
     finally:

@@ -25,10 +25,11 @@ def test_a_missing_extra_is_one_line_naming_it(argv, blocked, extra):
     err = out.stderr.strip().splitlines()
     assert out.returncode == 1, out.stderr
     assert err[-1] == (
-        f"loopwarden {argv[0]} needs the '{extra}' extra: pip install 'loopwarden[{extra}]' "
-        f"(from a clone: pip install '.[{extra}]')"
+        f"loopwarden {argv[0]} needs the '{extra}' extra: in the clone: .venv/bin/pip install -e '.[{extra}]' "
+        f"(elsewhere: pip install '/path/to/loopwarden[{extra}]')"
     )
     assert not any("Traceback" in line for line in err)
+    assert "pip install 'loopwarden[" not in out.stderr  # no index has loopwarden: never a bare name
 
 
 def test_other_import_errors_are_not_hidden(monkeypatch):

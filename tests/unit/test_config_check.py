@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopwarden.cli import main as cli
 from loopwarden.kafka.configfeed import ConfigFeed
-from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, overlay, resolve_block
+from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, overlay, parse_config_text, resolve_block
 from loopwarden.schemas.config_check import check_document, check_file, explain_block
 
 # Values OpenClaw might meet in a hand-written config: valid, zero, negative, fractional, huge, strings, ...
@@ -279,3 +280,75 @@ def test_detection_off_notice_is_said_exactly_when_the_global_block_is_not_enabl
     assert detection_off_notice(FleetConfig({"enabled": False})) is not None
     some = detection_off_notice(FleetConfig({}, {"coder": {"enabled": True}, "other": {}}))
     assert some is not None and "on only for the listed agents coder" in some
+
+
+def test_a_threshold_the_window_can_never_reach_is_a_warning():
+    # a count covers the window's records: at most historySize (ping-pong historySize + 1)
+    doc = {
+        "tools": {"loopDetection": {"enabled": True}},
+        "agents": {"list": [{"id": "research-bot", "tools": {"loopDetection": {"criticalThreshold": 40}}}]},
+    }
+    warnings = check_document(doc).warnings
+    assert warnings == [
+        "agent research-bot: criticalThreshold 40 can never be reached with historySize 30: "
+        "genericRepeat and knownPollNoProgress and pingPong never block; "
+        "raise historySize to at least 40 or lower criticalThreshold",
+        # raised above the critical threshold (RULES.md §1.5), so out of reach too
+        "agent research-bot: globalCircuitBreakerThreshold 41 can never be reached with historySize 30; "
+        "raise historySize to at least 41 or lower globalCircuitBreakerThreshold",
+    ]
+    # ping-pong alone still reaches historySize + 1
+    doc["agents"]["list"][0]["tools"]["loopDetection"] = {"criticalThreshold": 31}
+    assert "genericRepeat and knownPollNoProgress never block" in check_document(doc).warnings[0]
+    # within the window: silent; the global block is checked too
+    doc["agents"]["list"][0]["tools"]["loopDetection"] = {"historySize": 50, "criticalThreshold": 40}
+    assert check_document(doc).warnings == []
+    doc["tools"]["loopDetection"]["unknownToolThreshold"] = 31
+    assert check_document(doc).warnings == [
+        "tools.loopDetection: unknownToolThreshold 31 can never be reached with historySize 30; "
+        "raise historySize to at least 31 or lower unknownToolThreshold"
+    ]
+
+
+def test_the_shipped_and_readme_configs_can_block():
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    example = re.search(r"## Configuration.*?```json5\n(.*?)```", readme, re.S).group(1)
+    for text in (example, (root / "deploy/config/loopwarden.json5").read_text()):
+        assert check_document(parse_config_text(text)).warnings == []
+
+
+TYPO = "{tools: {loopDetection: {enabled: true, warningTreshold: 5}}}"
+
+
+def test_every_reader_of_a_config_file_reports_its_typos(tmp_path, capsys, caplog):
+    from loopwarden.runner.local import fleet_config
+
+    config = tmp_path / "typo.json5"
+    config.write_text(TYPO)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"type":"tool_call","agent_id":"a","run_id":"r","tool_name":"read","params":{}}\n')
+    for argv in (["replay", "--config", str(config), str(trace)], ["tune", "--config", str(config), str(trace)]):
+        capsys.readouterr()
+        assert cli(argv) == 0
+        err = capsys.readouterr().err
+        assert "config warning: tools.loopDetection.warningTreshold: unknown key" in err, argv
+        assert "did you mean warningThreshold" in err, argv
+    with caplog.at_level(logging.WARNING, logger="loopwarden.runner.local"):
+        fleet = fleet_config(str(config))
+    assert fleet.resolve("a").enabled
+    assert any("warningTreshold: unknown key" in r.getMessage() for r in caplog.records)
+
+
+def test_the_runner_refuses_an_unusable_config_file_with_its_reason(tmp_path):
+    import pytest
+
+    from loopwarden.runner.local import fleet_config
+    from loopwarden.schemas.config import ConfigError
+
+    bad = tmp_path / "bad.json5"
+    bad.write_text("{tools: ")
+    with pytest.raises(ConfigError, match="bad.json5"):
+        fleet_config(str(bad))

@@ -182,3 +182,17 @@ def test_no_table_is_kept_in_two_documents():
                     twice.append(f"{seen[line]} and {doc}: {line[:60]}")
                 seen.setdefault(line, doc)
     assert twice == []
+
+
+def test_the_key_file_flags_security_md_names_are_worker_flags():
+    import argparse
+    import re
+
+    from loopwarden.worker.settings import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {opt for action in parser._actions for opt in action.option_strings}
+    named = set(re.findall(r"`(--[a-z-]+-file)`", (ROOT / "deploy" / "SECURITY.md").read_text()))
+    assert {"--signing-key-file", "--hash-key-file", "--sasl-password-file"} <= named
+    assert named <= flags, named - flags

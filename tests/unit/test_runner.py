@@ -8,8 +8,8 @@ import msgspec
 import pytest
 
 from loopwarden.runner import ClientSettings, LoopClient, blocked_tool_result, is_blocked_result, wire
-from loopwarden.runner.state import RecentIds, RunState
-from loopwarden.runner.text import BLOCKED
+from loopwarden.runner.state import Decision, RecentIds, RunState
+from loopwarden.runner.text import BLOCKED, verdict_text
 from loopwarden.schemas.events import decode_event, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
 
@@ -400,3 +400,25 @@ async def test_verdicts_handed_on_carry_field_built_text_never_the_records_messa
     ]
     assert run.state.pending_block.message == got[0].message and run.state.aborted.message == got[1].message
     await run.end()
+
+
+async def test_an_allowed_call_says_nothing_never_blocked():
+    # the worker's gate answer to a call no rule fires on is an `allow` verdict with no detector
+    client = LoopClient(ClientSettings())
+    got: list[Verdict] = []
+    run = client.run("a", run_id="r1", on_verdict=got.append)
+    call = run.call("read", {"p": 1}, tool_call_id="c1")
+    allow = verdict("a1", "allow", tool_call_id="c1", detector=None, level=None)
+    d = Decision(action="allow", source="verdict", call=call, verdict=allow)
+    assert d.proceed and d.message is None
+    client._on_verdict(b"r1", allow)
+    assert [v.message for v in got] in ([], [""])  # handed on (if at all) with no text
+    assert "blocked" not in verdict_text(allow)
+    await run.end()
+
+
+def test_a_runner_with_no_settings_finds_the_broker_of_loopwarden_up(monkeypatch):
+    from loopwarden.devtools import up
+
+    monkeypatch.delenv("LOOPWARDEN_RUNNER_BOOTSTRAP", raising=False)
+    assert ClientSettings.from_env().servers == [f"{up.HOST}:{up.BROKER_PORT}"]

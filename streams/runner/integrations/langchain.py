@@ -1,4 +1,4 @@
-"""loopwarden for LangChain v1 agents and LangGraph graphs (``pip install 'loopwarden[langchain]'``).
+"""loopwarden for LangChain v1 agents and LangGraph graphs (``pip install -e '.[langchain]'`` in the clone).
 
 ``create_agent(model, tools, middleware=[LoopwardenMiddleware(client, agent_id="coder")])``
 gates every tool call before it runs (``awrap_tool_call``):

@@ -1,4 +1,4 @@
-"""loopwarden for the OpenAI Agents SDK (``pip install 'loopwarden[openai-agents]'``).
+"""loopwarden for the OpenAI Agents SDK (``pip install -e '.[openai-agents]'`` in the clone).
 
 One call attaches a tool input guardrail and a tool output guardrail to
 every function tool of an agent; :meth:`LoopwardenGuardrails.run` runs the
@@ -40,7 +40,9 @@ Run identity: ``agent_id`` is the constructor's, else the agent's ``name``;
 ``session_id`` is ``RunConfig.group_id`` (a conversation or thread);
 ``run_id`` is the run's trace id (each ``Runner.run`` has its own); with
 tracing disabled, ``RunConfig.trace_id`` if you set one, else the id
-:meth:`LoopwardenGuardrails.run` gave the run, else the run is the session.
+:meth:`LoopwardenGuardrails.run` gave the run, else an id of the run's own
+context (the ``Usage`` object every tool context of one ``Runner.run`` shares),
+so runs of one conversation never pool.
 Pending decisions and tool errors are kept per run and call id, so two
 concurrent runs that number their call ids alike never mix. A tool shared
 by several guarded agents is gated once (the first guardrails attached to
@@ -55,6 +57,7 @@ import contextvars
 import dataclasses
 import json
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -90,6 +93,31 @@ class _Scope:
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("loopwarden_openai_run", default=None)
 
 
+class _RunIds:
+    """A run id per ``Runner.run`` without a trace: keyed by the object the SDK makes once per run and
+    shares with every tool context of it (its ``Usage``), held weakly so an id never outlives its run."""
+
+    MAX = 4096  # live runs remembered at once (the oldest is forgotten beyond)
+
+    def __init__(self) -> None:
+        self._ids: dict[int, str] = {}
+
+    def id_of(self, run_object: Any) -> str | None:
+        if run_object is None:
+            return None
+        key = id(run_object)
+        run_id = self._ids.get(key)
+        if run_id is None:
+            try:
+                weakref.finalize(run_object, self._ids.pop, key, None)
+            except TypeError:  # not weakly referable: no id that could be reused by another run
+                return None
+            if len(self._ids) >= self.MAX:
+                self._ids.pop(next(iter(self._ids)))
+            run_id = self._ids[key] = f"run_{uuid.uuid4().hex}"
+        return run_id
+
+
 def _params(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
@@ -109,6 +137,7 @@ class LoopwardenGuardrails:
         self.agent_id = agent_id
         self._resolve = resolve
         self._errors: dict[tuple[str, str], BaseException] = {}  # (run key, call id) -> the tool's exception
+        self._runs = _RunIds()
         self.input_guardrail = ToolInputGuardrail(guardrail_function=self._before, name=GUARDRAIL_NAME)
         self.output_guardrail = ToolOutputGuardrail(guardrail_function=self._after, name=GUARDRAIL_NAME)
 
@@ -122,6 +151,7 @@ class LoopwardenGuardrails:
             trace = get_current_trace()
             run_id = trace.trace_id if trace is not None and trace.trace_id != "no-op" else None
             run_id = run_id or getattr(config, "trace_id", None) or (scope.run_id if scope is not None else None)
+            run_id = run_id or self._runs.id_of(getattr(ctx, "usage", None))
             name = self.agent_id or getattr(agent, "name", None) or "openai-agents"
             ref = RunRef(agent_id=name, session_id=getattr(config, "group_id", None), run_id=run_id)
         if scope is not None and len(scope.refs) < 64:

@@ -1,4 +1,4 @@
-"""loopwarden for PydanticAI (``pip install 'loopwarden[pydantic-ai]'``).
+"""loopwarden for PydanticAI (``pip install -e '.[pydantic-ai]'`` in the clone).
 
 A capability: ``Agent(model, tools=[...], capabilities=[LoopwardenCapability(client)])``.
 Every tool call goes through ``wrap_tool_execute``, before the tool runs:
