@@ -13,6 +13,7 @@ TARGETS = {
     "engine": ("loopwarden.bench.engine", "decode + step() on one core, against the hashing floor"),
     "worker": ("loopwarden.bench.worker", "one worker on the embedded broker: backlog drain and event->verdict"),
     "latency": ("loopwarden.bench.latency", "gate-mode decision round trip of runner clients"),
+    "sidecar": ("loopwarden.bench.sidecar", "the time a check takes over loopback HTTP, beside an in-process client"),
     "adapters": ("loopwarden.bench.adapters", "the latency each framework adapter adds per gated tool call"),
     "tune": ("loopwarden.bench.tune", "loopwarden tune: a sweep of 20 settings over a 100k-event trace"),
     "broker": (
@@ -33,8 +34,8 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, adapters, broker, tune, spans, config, screening, signing, state, "
-        "soak, hook, all)",
+        help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, config, screening, signing, "
+        "state, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

@@ -298,3 +298,20 @@ def test_loopback_names():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.5.5.5", "::1", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "localhost.example.org"))
     assert isinstance(cli.build_parser().parse_args(["sidecar"]), argparse.Namespace)
+
+
+async def test_an_abort_answers_every_later_check_and_run_end_acks_it(http):
+    """The post-compaction guard aborts on a result (no check to answer): the run's next checks answer
+    abort, and run_end acknowledges it once."""
+    client, svc, out = await http()
+    await client.post("/v1/compaction", json={**AGENT, "reason": "context overflow"})
+    answers = await loop_calls(client, 3)
+    assert {a["action"] for a in answers} == {"allow"}
+    later = [await (await client.post("/v1/check", json={**AGENT, "tool_name": "read"})).json() for _ in range(2)]
+    assert [(a["action"], a["source"], a["proceed"]) for a in later] == [("abort", "aborted", False)] * 2
+    assert later[0]["detector"] == "compaction_loop_persisted" and later[0]["verdict_id"] == later[1]["verdict_id"]
+    await client.post("/v1/run_end", json=AGENT)
+    acks = of_type(out, "VerdictAck")
+    assert [(a.verdict_id, a.outcome) for a in acks] == [(later[0]["verdict_id"], "applied")]
+    assert of_type(out, "CompactionRetry")[0].reason == "context overflow"
+    assert [e.run_id for e in of_type(out, "RunEnd")] == [answers[0]["run_id"]]
