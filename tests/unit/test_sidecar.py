@@ -98,7 +98,7 @@ async def test_a_looping_session_is_warned_then_blocked_with_text_from_fields(ht
     assert [a.verdict_id for a in acks] == [answers[12]["verdict_id"], answers[13]["verdict_id"]]
     assert {a.outcome for a in acks} == {"applied"}  # blocked: true, the veto reached the model
     r = await client.post("/v1/ack", json={**AGENT, "verdict_id": warn["verdict_id"]})
-    assert (await r.json()) == {"ok": True, "paired": None}
+    assert (await r.json()) == {"ok": True, "paired": None, "warning": None}
     assert of_type(out, "VerdictAck")[-1].verdict_id == warn["verdict_id"]
 
 
