@@ -119,7 +119,7 @@ class Ok(msgspec.Struct, kw_only=True):
 
 
 class Error(msgspec.Struct, kw_only=True):
-    """400, 401, 404, 405, 413: what was wrong, never the body's own text."""
+    """400, 401, 403, 404, 405, 413: what was wrong, never the body's own text."""
 
     error: str
 
@@ -154,6 +154,7 @@ class ServiceStats(msgspec.Struct, kw_only=True):
     requests: int = 0
     bad_requests: int = 0
     unauthorized: int = 0
+    forbidden: int = 0  # 403: a browser's request (Origin) or a foreign Host name (DNS rebinding)
     not_found: int = 0
     too_large: int = 0
     internal_errors: int = 0  # 500: a bug; the caller fails open

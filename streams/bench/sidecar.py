@@ -52,6 +52,15 @@ def summary(samples: list[float], seconds: float, late: int = 0) -> dict[str, An
     }
 
 
+def _slot(start: float, i: int, rate: float | None) -> tuple[float, bool]:
+    """Seconds to wait for call ``i``'s slot on the open-loop schedule, and whether it is late
+    (the previous call overran its slot by more than one period)."""
+    if rate is None:
+        return 0.0, False
+    behind = time.perf_counter() - (start + i / rate)
+    return max(0.0, -behind), behind > 1 / rate
+
+
 def _http_calls(client: Any, n: int, rate: float | None) -> dict[str, Any]:
     """``n`` calls through the service (one at a time, or on an open-loop schedule of ``rate``/s)."""
     samples: list[float] = []
@@ -59,13 +68,9 @@ def _http_calls(client: Any, n: int, rate: float | None) -> dict[str, Any]:
     session = f"bench-{uuid.uuid4().hex[:8]}"
     start = time.perf_counter()
     for i in range(n):
-        if rate is not None:
-            slot = start + i / rate
-            now = time.perf_counter()
-            if now < slot:
-                time.sleep(slot - now)
-            elif now - slot > 1 / rate:
-                late += 1
+        wait, behind = _slot(start, i, rate)
+        time.sleep(wait)
+        late += behind
         if i % RUN_LENGTH == 0:
             client.post("/v1/run_start", {"agent_id": "bench", "session_id": session})
         t0 = time.perf_counter()
@@ -81,13 +86,10 @@ async def _inprocess_calls(client: Any, n: int, rate: float | None) -> dict[str,
     run = None
     start = time.perf_counter()
     for i in range(n):
-        if rate is not None:
-            slot = start + i / rate
-            now = time.perf_counter()
-            if now < slot:
-                await asyncio.sleep(slot - now)
-            elif now - slot > 1 / rate:
-                late += 1
+        wait, behind = _slot(start, i, rate)
+        if wait:
+            await asyncio.sleep(wait)
+        late += behind
         if i % RUN_LENGTH == 0:
             if run is not None:
                 await run.end()

@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import os
 import re
+import socket
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -46,6 +47,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _local_host(request: web.Request) -> bool:
+    """Whether the request names this machine in its Host header (or came over the Unix socket).
+
+    A web page the developer opens can make the browser send requests to 127.0.0.1, and DNS
+    rebinding can make such a page read the answers: browsers send an ``Origin`` header and the
+    page's own host name, so both are refused (the token, when given, stops them too)."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        return True
+    host = request.host
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host
+    else:
+        host = host.rsplit(":", 1)[0]
+    return is_loopback(host)
 
 
 def read_token(path: str | os.PathLike) -> bytes:
@@ -104,6 +122,9 @@ def make_app(service: Service, token: bytes | None = None) -> web.Application:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         stats.requests += 1
+        if "Origin" in request.headers or (expected is None and not _local_host(request)):
+            stats.forbidden += 1
+            return _error(403, "browser or non-loopback Host requests are refused")
         if expected is not None:
             given = request.headers.get("Authorization", "").encode("utf-8", "replace")
             if not hmac.compare_digest(given, expected):

@@ -13,6 +13,7 @@ socket; and a service whose broker dies still deciding locally.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
 
 from .support import REPO, Names, WorkerProcess, collect
+from .test_runner_outage import ensure
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -177,6 +179,7 @@ def test_the_unix_socket_serves_the_same_contract(stack):
 def test_a_service_whose_broker_dies_still_decides(tmp_path):
     names = Names("sidecardown")
     with EmbeddedBroker(log_path=tmp_path / "tansu.log") as broker:
+        asyncio.run(ensure(broker.bootstrap, names))
         service = SidecarProcess(
             [*sidecar_args(broker.bootstrap, names, CONFIG), "--socket", str(tmp_path / "s.sock")],
             log_path=tmp_path / "sidecar.log",

@@ -11,7 +11,6 @@ service publishes is captured where the outbox would send it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import stat
 
@@ -21,29 +20,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from loopwarden import cli
 from loopwarden.runner import LoopClient
-from loopwarden.schemas.events import decode_event
 from loopwarden.sidecar.app import make_app, start_listeners
 from loopwarden.sidecar.service import Limits, Service
-
-CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+from tests.unit.test_runner_local import CONFIG, Captured
 
 AGENT = {"agent_id": "a", "session_id": "s1"}
 SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
-
-
-class Captured:
-    """Stands in for the client's outbox: what would be sent."""
-
-    def __init__(self) -> None:
-        self.events: list = []
-        self.connected = asyncio.Event()
-
-    def put(self, topic: str, key: bytes | None, value: bytes) -> bool:
-        self.events.append(decode_event(value))
-        return True
-
-    def __len__(self) -> int:
-        return 0
 
 
 def service(limits: Limits | None = None) -> tuple[Service, Captured]:
@@ -315,3 +297,18 @@ async def test_an_abort_answers_every_later_check_and_run_end_acks_it(http):
     assert [(a.verdict_id, a.outcome) for a in acks] == [(later[0]["verdict_id"], "applied")]
     assert of_type(out, "CompactionRetry")[0].reason == "context overflow"
     assert [e.run_id for e in of_type(out, "RunEnd")] == [answers[0]["run_id"]]
+
+
+async def test_browser_and_rebound_host_requests_are_refused(http):
+    """A page in the developer's browser may send to 127.0.0.1 (with an Origin header) or, after DNS
+    rebinding, with its own host name in Host: both are 403, and nothing is decided or published."""
+    client, svc, out = await http()
+    check = {**AGENT, "tool_name": "read"}
+    r = await client.post("/v1/check", json=check, headers={"Origin": "https://evil.example"})
+    assert r.status == 403
+    r = await client.post("/v1/run_end", json=AGENT, headers={"Host": "evil.example:7766"})
+    assert r.status == 403
+    for host in ("127.0.0.1:7766", "localhost:7766", "[::1]:7766", "localhost"):
+        r = await client.post("/v1/check", json=check, headers={"Host": host})
+        assert r.status == 200, host
+    assert svc.stats.forbidden == 2 and svc.client.stats.checks == 4
