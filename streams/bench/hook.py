@@ -23,6 +23,7 @@ from pathlib import Path
 
 import loopwarden.hooks as hooks_package
 from loopwarden.bench.stats import percentile
+from loopwarden.hooks.service import Service
 from loopwarden.sidecar.process import SidecarProcess
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
@@ -72,6 +73,20 @@ def _time(argv: list[str], env: dict[str, str], runs: int, warmup: int, host: st
     return sorted(out)
 
 
+def _round_trips(url: str, n: int) -> list[float]:
+    """ms per ``/v1/check`` from this process, a new connection each (as one hook run makes it)."""
+    service = Service(url)
+    out = []
+    for i in range(n):
+        body = {"agent_id": "bench", "session_id": "rt", "run_id": "rt", "tool_name": "Bash"}
+        body |= {"params": {"command": f"echo {i}"}, "tool_call_id": f"rt-{i}"}
+        t0 = time.perf_counter()
+        if service.post("/v1/check", body) is None:
+            raise SystemExit(f"the service did not answer: {service.error}")
+        out.append((time.perf_counter() - t0) * 1000)
+    return sorted(out)
+
+
 def run(args: argparse.Namespace) -> int:
     py = sys.executable
     script = str(Path(py).with_name("loopwarden"))
@@ -106,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             "import sys, time; t = time.perf_counter(); from loopwarden.hooks.command import run_hook; "
             "run_hook(sys.argv[1:], sys.stdin.buffer.read()); print((time.perf_counter() - t) * 1000)"
         )
+        trips = _round_trips(url, args.warmup + args.runs * 5)
         env = base_env | bare | {"LOOPWARDEN_SIDECAR_URL": url}
         for i in range(args.warmup + args.runs):
             proc = subprocess.run(
@@ -124,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'command':<40} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
     for name, state, ms in rows:
         print(f"{name:<40} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
+    print(
+        f"{'round trip: one /v1/check, new connection':<40} {'up':>7} {trips[0]:7.2f} "
+        f"{percentile(trips, 0.5):7.2f} {percentile(trips, 0.95):7.2f}"
+    )
     inner.sort()
     print(
         f"{'in-process: import + exchange (up)':<40} {'up':>7} {inner[0]:7.1f} {percentile(inner, 0.5):7.1f} "
