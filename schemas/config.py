@@ -143,7 +143,10 @@ def show(value: Any) -> str:
             return "Infinity" if value > 0 else "-Infinity"
         return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
     if isinstance(value, (dict, list)):
-        text = msgspec.json.encode(value).decode()
+        try:
+            text = msgspec.json.encode(value).decode()
+        except UnicodeEncodeError:  # a lone surrogate (JSON allows one): shown escaped
+            text = json.dumps(value)[:41]
         return text if len(text) <= 40 else text[:37] + "..."
     return repr(value)
 

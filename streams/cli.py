@@ -24,6 +24,7 @@ COMMANDS = (
     ("tune", "loopwarden.tune"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
+    ("mcp", "loopwarden.mcpgate.command"),
     ("sidecar", "loopwarden.sidecar.command"),
     ("simulate", "loopwarden.devtools.simulate"),
     ("dev", "loopwarden.devtools.dev"),
@@ -45,6 +46,9 @@ EXTRA_OF_MODULE = {
     "opentelemetry": "otel",
     "aiohttp": "sidecar",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "uvicorn": "mcp",
 }
 
 

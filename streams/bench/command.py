@@ -21,6 +21,7 @@ TARGETS = {
         "the embedded broker's CPU for idle consumers, and a hop's latency, per fetch wait",
     ),
     "spans": ("loopwarden.bench.spans", "loopwarden spans: OTLP records translated into events, against parsing alone"),
+    "mcp": ("loopwarden.bench.mcp", "the time loopwarden mcp adds per tools/call, against a direct call"),
     "config": ("loopwarden.bench.config", "per-agent config records applied per second at fleet scale (100k)"),
     "screening": ("loopwarden.bench.screening", "µs per KB of hostile records through the worker's screen"),
     "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
@@ -34,8 +35,8 @@ TARGETS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, config, screening, signing, "
-        "state, soak, hook, all)",
+        help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, mcp, config, screening, "
+        "signing, state, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

@@ -43,7 +43,7 @@ PROGRESS_EVERY = 5.0  # seconds between plain progress lines when stdout is not 
 # What the screen shows (it prints this legend under the view).
 LEGEND = (
     "warn     a note to the model · block: call refused · abort: run stopped",
-    "allow    a gated call may go on · each row's tool and agent: its detector's latest verdict",
+    "allow    a gated call may go on · a row's tool, agent: its latest verdict's",
     "incident runs of 2+ agents getting one outcome from one tool; since: opened",
 )
 KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}

@@ -15,13 +15,13 @@ arguments (content capture is off, and every call of a tool would look alike).
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import msgspec
 from msgspec import UNSET, Raw
 
 from loopwarden.otel.spans import STATUS_ERROR, Span
+from loopwarden.runner.wire import bounded_payload, digest_payload
 from loopwarden.schemas.events import Event, RunEnd, ToolCall, ToolResult, payload
 
 ORIGIN = "otel"
@@ -151,11 +151,6 @@ def _agent_attributes(name: str, a: dict[str, Any]) -> bool:
     return _kind(a, "openinference.span.kind") == "agent" or _kind(a, "traceloop.span.kind") in ("agent", "workflow")
 
 
-def _digest(data: bytes) -> Raw:
-    """A payload too large to send: its digest stands in (the same payload gives the same digest)."""
-    return payload({"loopwarden_digest": hashlib.sha256(data).hexdigest(), "bytes": len(data)})
-
-
 def as_payload(value: Any, max_bytes: int, json_text: bool = False) -> Raw:
     """An attribute value as an event payload.
 
@@ -168,7 +163,7 @@ def as_payload(value: Any, max_bytes: int, json_text: bool = False) -> Raw:
     if isinstance(value, str):
         data = value.encode("utf-8", "surrogatepass")
         if len(data) > max_bytes:
-            return _digest(data)
+            return digest_payload(data)
         head = value.lstrip()[:1]
         if (json_text or head in ("{", "[")) and data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
             try:
@@ -178,7 +173,7 @@ def as_payload(value: Any, max_bytes: int, json_text: bool = False) -> Raw:
             return Raw(data)
         return payload(value)
     raw = payload(value)
-    return _digest(bytes(raw)) if len(raw) > max_bytes else raw
+    return bounded_payload(raw, max_bytes)
 
 
 def _openllmetry_input(value: Any) -> Any:

@@ -10,6 +10,7 @@ a value it cannot encode (loopwarden must not break a healthy agent).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 import uuid
@@ -97,6 +98,17 @@ class PayloadEncoder:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return self._fallback(value)
+
+
+def digest_payload(data: bytes) -> Raw:
+    """A payload too large to send: its digest stands in (the same payload gives the same digest, so a
+    loop of large identical calls still repeats)."""
+    return Raw(msgspec.json.encode({"loopwarden_digest": hashlib.sha256(data).hexdigest(), "bytes": len(data)}))
+
+
+def bounded_payload(raw: Raw, max_bytes: int) -> Raw:
+    """``raw`` itself, or its digest when it is larger than ``max_bytes``."""
+    return digest_payload(bytes(raw)) if len(raw) > max_bytes else raw
 
 
 _default_encoder = PayloadEncoder()

@@ -273,3 +273,12 @@ def test_10_js_blank_lines_are_skipped_and_not_counted():
     # U+001C is whitespace to Python's str.isspace() but not to trim(): a (bad) event line
     items = list(replay_lines(["\x1c"] + base, config))
     assert isinstance(items[0], BadLine) and items[1]["event_index"] == 3
+
+
+def test_a_note_shows_a_value_with_a_lone_surrogate_escaped():
+    # found by test_property_config_loader_takes_any_json: a config note about such a value raised
+    from loopwarden.schemas.config import FleetConfig, show
+
+    assert show({"warning\ud800Threshold": 0}) == r'{"warning\ud800Threshold": 0}'
+    config = FleetConfig.from_document({"tools": {"loopDetection": {"detectors": [{"a\ud800": 0}]}}})
+    assert config.resolve("main").generic_repeat

@@ -8,6 +8,7 @@ guardrail, a returned value) and how a run ends are the framework's own.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from loopwarden.runner.client import LoopClient
     from loopwarden.runner.run import Run
     from loopwarden.runner.wire import RunRef
+
+log = logging.getLogger(__name__)
 
 WARN_PREFIX = "\n\n[loopwarden] "
 
@@ -46,6 +49,7 @@ class Gate:
         self._pending: OrderedDict[tuple[str, str], Decision] = OrderedDict()  # (run key, call id)
         self._ended_aborts: OrderedDict[str, Any] = OrderedDict()  # run key -> abort verdict of an ended run
         self._max_pending = max(1, max_pending)
+        self._logged = False  # the first failure of a check is logged, the rest only counted
 
     def run(self, ref: RunRef) -> Run:
         run = self._runs.get(ref.key)
@@ -64,6 +68,9 @@ class Gate:
             return await self.run(ref).check(tool_name, args, tool_call_id=call_id, timeout=self.timeout)
         except Exception:  # noqa: BLE001 - a bug here must not break the agent
             self.client.stats.fail_open_error += 1
+            if not self._logged:
+                self._logged = True
+                log.exception("loopwarden check failed; the call is allowed (later failures are only counted)")
             call = self.run(ref).call(tool_name, None, call_id)
             return Decision(action="allow", source="error", call=call)
 
@@ -90,6 +97,11 @@ class Gate:
             if len(self._ended_aborts) > self._max_runs:
                 self._ended_aborts.popitem(last=False)
         await self._quiet(run.end())
+
+    async def end_all(self) -> None:
+        """End every run the gate holds (the host went away)."""
+        for run in list(self._runs.values()):
+            await self.end(run.ref)
 
     def aborted(self, ref: RunRef) -> Any:
         """The run's abort verdict, also after the run ended; None if it was not aborted."""

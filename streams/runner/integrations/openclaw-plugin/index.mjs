@@ -1,0 +1,234 @@
+// loopwarden for OpenClaw: every tool call asks the local decision service (`loopwarden sidecar`) first.
+//
+// OpenClaw decides loops per run, in-process; the service sees the whole fleet (other runs, agents,
+// gateways). `before_tool_call` sends the call to `POST /v1/check` and blocks it with the service's
+// text when the verdict says so; `after_tool_call` sends the outcome to `POST /v1/result`;
+// `agent_end` ends the run (`POST /v1/run_end`). Plain ESM, no dependencies: Node's global `fetch`.
+//
+// The service is advisory from OpenClaw's point of view: OpenClaw fails a `before_tool_call` hook
+// closed (blocks the call) when it throws or takes longer than 15 s, so this plugin never throws
+// and gives up after its own short timeout (`timeoutMs`, default 250 ms): loopwarden trouble
+// allows the call, logs one line and is counted.
+
+import { readFileSync } from "node:fs";
+
+export const PLUGIN_ID = "loopwarden";
+export const DEFAULT_URL = "http://127.0.0.1:7766";
+export const DEFAULT_TIMEOUT_MS = 250;
+const MIN_TIMEOUT_MS = 10;
+const MAX_TIMEOUT_MS = 10_000;
+const MAX_TEXT = 2000; // the most of the service's text the model is shown
+const MAX_ID = 512; // ids longer than this are cut (the service bounds them too)
+const MAX_RESULT_CHARS = 65_536; // a result beyond this is sent as its first characters
+const MAX_PENDING = 4096; // calls between before and after, remembered for the outcome
+const LOG_EVERY_MS = 30_000; // repeated failures of one kind: one log line per this long
+const BLOCKED = "Tool call blocked by loop detection.";
+
+/** The plugin's settings from its config block (`plugins.entries.loopwarden.config`) and the environment. */
+export function settingsFrom(config = {}, env = process.env) {
+  const cfg = config && typeof config === "object" ? config : {};
+  const url = String(cfg.url || env.LOOPWARDEN_SIDECAR_URL || DEFAULT_URL).replace(/\/+$/, "");
+  const raw = Number(cfg.timeoutMs ?? env.LOOPWARDEN_OPENCLAW_TIMEOUT_MS ?? DEFAULT_TIMEOUT_MS);
+  const timeoutMs = Number.isFinite(raw) ? Math.min(Math.max(Math.round(raw), MIN_TIMEOUT_MS), MAX_TIMEOUT_MS) : DEFAULT_TIMEOUT_MS;
+  const tokenFile = cfg.tokenFile || env.LOOPWARDEN_SIDECAR_TOKEN_FILE || null;
+  const agentId = typeof cfg.agentId === "string" && cfg.agentId ? cfg.agentId : null;
+  return { url, timeoutMs, tokenFile, agentId };
+}
+
+function bounded(value, max = MAX_ID) {
+  if (value === undefined || value === null || value === "") return null;
+  const text = String(value);
+  return text.length > max ? text.slice(0, max) : text;
+}
+
+/** Model-facing text: the service's own (built from a verdict's fields), printable and bounded. */
+function shown(message, fallback) {
+  if (typeof message !== "string" || !message.trim()) return fallback;
+  // eslint-disable-next-line no-control-regex
+  const clean = message.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, " ");
+  return clean.length > MAX_TEXT ? clean.slice(0, MAX_TEXT - 3) + "..." : clean;
+}
+
+/** A result as sent to the service: as OpenClaw gave it, or its first characters when it is huge. */
+function resultBody(result) {
+  if (result === undefined) return undefined;
+  let text;
+  try {
+    text = JSON.stringify(result);
+  } catch {
+    return String(result).slice(0, MAX_RESULT_CHARS);
+  }
+  if (text === undefined) return null;
+  return text.length <= MAX_RESULT_CHARS ? result : text.slice(0, MAX_RESULT_CHARS);
+}
+
+/**
+ * The hooks' logic without OpenClaw: `beforeToolCall(event, ctx)` and `afterToolCall(event, ctx)` take
+ * OpenClaw's hook arguments; `stats` counts what happened. `fetchImpl`, `logger` and `now` are for tests.
+ */
+export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = console, now = Date.now } = {}) {
+  const stats = {
+    checks: 0,
+    allowed: 0,
+    warned: 0,
+    blocked: 0,
+    failOpen: 0, // checks that could not be answered (service down, slow, bad answer): allowed
+    failOpenTimeout: 0, // of those, the ones that hit the timeout
+    reported: 0,
+    reportErrors: 0, // results / run ends that did not reach the service
+    tokenErrors: 0,
+  };
+  const lastLogged = new Map(); // failure kind -> time of its last log line
+  const pending = new Map(); // call key -> { checked: true, warning?: string }
+
+  let token = null;
+  if (settings.tokenFile) {
+    try {
+      token = readFileSync(settings.tokenFile, "utf8").trim() || null;
+    } catch (err) {
+      stats.tokenErrors += 1;
+      logger.warn(`[loopwarden] cannot read token file ${settings.tokenFile}: ${err?.code || err?.message || err}`);
+    }
+  }
+
+  function logFailure(kind, detail) {
+    const t = now();
+    const last = lastLogged.get(kind);
+    if (last !== undefined && t - last < LOG_EVERY_MS) return;
+    lastLogged.set(kind, t);
+    logger.warn(
+      `[loopwarden] ${kind}: ${detail}; allowing (fail open; ${stats.failOpen} check(s), ${stats.reportErrors} report(s) failed so far)`,
+    );
+  }
+
+  function ids(event, ctx) {
+    return {
+      agent_id: bounded(settings.agentId || ctx?.agentId) || "openclaw",
+      session_id: bounded(ctx?.sessionKey || ctx?.sessionId),
+      run_id: bounded(ctx?.runId || event?.runId),
+    };
+  }
+
+  function callKey(ref, callId) {
+    return `${ref.agent_id}\u0000${ref.session_id}\u0000${ref.run_id}\u0000${callId}`;
+  }
+
+  function remember(key, value) {
+    pending.set(key, value);
+    if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value);
+  }
+
+  async function post(path, body, signal) {
+    const headers = { "content-type": "application/json" };
+    if (token) headers.authorization = `Bearer ${token}`;
+    const timeout = AbortSignal.timeout(settings.timeoutMs);
+    const response = await fetchImpl(settings.url + path, {
+      method: "POST",
+      headers,
+      body: JSON.stringify(body),
+      signal: signal && AbortSignal.any ? AbortSignal.any([timeout, signal]) : timeout,
+    });
+    if (!response.ok) {
+      await response.body?.cancel?.().catch(() => {});
+      throw new Error(`HTTP ${response.status}`);
+    }
+    return response.json();
+  }
+
+  function failureKind(err) {
+    const name = err?.name || "";
+    if (name === "TimeoutError" || name === "AbortError") return "timeout";
+    return "unavailable";
+  }
+
+  async function beforeToolCall(event, ctx) {
+    stats.checks += 1;
+    const ref = ids(event, ctx);
+    const callId = bounded(event?.toolCallId || ctx?.toolCallId);
+    let answer;
+    try {
+      answer = await post(
+        "/v1/check",
+        {
+          ...ref,
+          tool_name: bounded(event?.toolName || ctx?.toolName) || "unknown",
+          params: event?.params ?? {},
+          tool_call_id: callId,
+        },
+        ctx?.abortSignal,
+      );
+      if (!answer || typeof answer !== "object" || typeof answer.action !== "string") throw new Error("bad answer");
+    } catch (err) {
+      stats.failOpen += 1;
+      const kind = failureKind(err);
+      if (kind === "timeout") stats.failOpenTimeout += 1;
+      logFailure(
+        kind === "timeout" ? "check timed out" : "check failed",
+        kind === "timeout" ? `no answer within ${settings.timeoutMs} ms` : String(err?.cause?.code || err?.message || err),
+      );
+      return undefined;
+    }
+    const key = callKey(ref, bounded(answer.tool_call_id) || callId);
+    if (answer.proceed === false || answer.action === "block" || answer.action === "abort") {
+      stats.blocked += 1;
+      remember(key, { checked: true });
+      return { block: true, blockReason: shown(answer.message, BLOCKED) };
+    }
+    if (answer.action === "warn") {
+      stats.warned += 1;
+      const warning = shown(answer.message, null);
+      remember(key, { checked: true, warning });
+      if (warning) logger.warn(`[loopwarden] ${ref.agent_id} ${event?.toolName}: ${warning}`);
+      return undefined;
+    }
+    stats.allowed += 1;
+    remember(key, { checked: true });
+    return undefined;
+  }
+
+  async function afterToolCall(event, ctx) {
+    const ref = ids(event, ctx);
+    const callId = bounded(event?.toolCallId || ctx?.toolCallId);
+    pending.delete(callKey(ref, callId));
+    const body = {
+      ...ref,
+      tool_call_id: callId,
+      tool_name: bounded(event?.toolName || ctx?.toolName),
+      params: event?.params ?? null,
+    };
+    if (event?.error !== undefined && event.error !== null) body.error = shown(String(event.error), "error");
+    else body.result = resultBody(event?.result) ?? null;
+    try {
+      await post("/v1/result", body);
+      stats.reported += 1;
+    } catch (err) {
+      stats.reportErrors += 1;
+      logFailure("result not reported", String(err?.cause?.code || err?.message || err));
+    }
+  }
+
+  async function agentEnd(event, ctx) {
+    const ref = ids(event, ctx);
+    if (!ref.run_id) return;
+    try {
+      await post("/v1/run_end", ref);
+    } catch (err) {
+      stats.reportErrors += 1;
+      logFailure("run end not reported", String(err?.cause?.code || err?.message || err));
+    }
+  }
+
+  return { settings, stats, beforeToolCall, afterToolCall, agentEnd, pending };
+}
+
+export default {
+  id: PLUGIN_ID,
+  name: "loopwarden",
+  description: "Fleet-wide tool-loop guard: asks the local loopwarden service before each tool call.",
+  register(api) {
+    const guard = createGuard(settingsFrom(api.pluginConfig), { logger: api.logger });
+    api.on("before_tool_call", guard.beforeToolCall);
+    api.on("after_tool_call", guard.afterToolCall);
+    api.on("agent_end", guard.agentEnd);
+  },
+};

@@ -1,0 +1,64 @@
+"""A real host looping on a proxied MCP tool: Claude Code, driven offline by a scripted model.
+
+Claude Code (the npm release) starts ``loopwarden mcp`` from its ``--mcp-config`` around the
+in-test tool server; the scripted model asks for the same ``echo`` call again and again. What
+the model receives is the evidence: the 11th result carries the warning, the 21st and later
+are tool errors carrying the block's text (Claude Code hands ``isError`` results to the model).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, repeat
+from tests.hosts.harness import ClaudeCode, claude_binary
+
+from .test_mcp_proxy import CONFIG, NO_BROKER, TOOL_SERVER
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOOL = "mcp__tools__echo"  # Claude Code names an MCP tool mcp__<server>__<tool>
+CALLS = 40
+
+
+def result_text(result: dict) -> str:
+    content = result.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
+
+
+def test_claude_code_looping_on_a_proxied_mcp_tool_is_blocked_at_20_and_sees_why(tmp_path):
+    with FakeModelServer() as fm:
+        host = ClaudeCode(tmp_path, fm.url)
+        proxy = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]
+        servers = {"mcpServers": {"tools": {"type": "stdio", "command": sys.executable, "args": proxy}}}
+        mcp_config = host.root / "mcp.json"
+        mcp_config.write_text(json.dumps(servers))
+        # Claude Code connects MCP servers in the background: the model waits for them first, as it is told to
+        loop = repeat(TOOL, {"text": "same"})
+        fm.fake.set(host.protocol, lambda n: ("WaitForMcpServers", {}) if n == 0 else loop(n), calls=CALLS + 1)
+        argv = [str(claude_binary()), "-p", "echo it", "--output-format", "json"]
+        argv += ["--mcp-config", str(mcp_config), "--strict-mcp-config", "--allowedTools", f"{TOOL},WaitForMcpServers"]
+        proc = host._run(argv, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        bodies = [b for b in fm.fake.bodies("/v1/messages") if len(anthropic_tool_results(b)) == CALLS + 1]
+        assert bodies, f"the model never got {CALLS} results: {proc.stdout[-2000:]}"
+        results = anthropic_tool_results(bodies[-1])[1:]
+    # on a loaded machine Claude Code may not list the tool yet when the wait returns: such calls are refused
+    # by Claude Code itself and never reach the proxy (a few; the loop goes on long enough)
+    results = [r for r in results if "No such tool available" not in result_text(r)]
+    assert len(results) >= 21, [result_text(r) for r in results]
+    texts = [result_text(r) for r in results]
+    errors = [bool(r.get("is_error")) for r in results]
+    assert texts[:10] == ["same"] * 10 and texts[11:20] == ["same"] * 9
+    assert texts[10].startswith("same") and "[loopwarden] WARNING: You have called echo 10 times" in texts[10]
+    assert errors == [False] * 20 + [True] * (len(results) - 20)
+    for text in texts[20:]:
+        assert text == (
+            "CRITICAL: Called echo with identical arguments and identical outcomes 20 times. "
+            "Session execution blocked to prevent runaway loops."
+        )

@@ -1,0 +1,181 @@
+"""``loopwarden mcp`` driven by the MCP SDK's own client, around real MCP servers over stdio.
+
+The servers: an in-test server on the SDK's low-level ``Server`` (tools, a resource, a prompt),
+a hand-written server that speaks only the 2024-11-05 revision, and the reference
+``@modelcontextprotocol/server-filesystem`` from npm, run with node. The proxy is the real
+command (a subprocess), with the deployment's config (warn at 10 identical calls, block at 20).
+The broker is absent here (events wait in the outbox); test_mcp_live.py has the worker.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mcp.types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tests.hosts.install import MCP_FILESYSTEM, bin_path
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "deploy" / "config" / "loopwarden.json5"
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+TOOL_SERVER = [sys.executable, str(DRIVERS / "mcp_tool_server.py")]
+OLD_SERVER = [sys.executable, str(DRIVERS / "mcp_old_server.py")]
+NO_BROKER = "127.0.0.1:1"
+
+
+def proxy(server: list[str], *flags: str, bootstrap: str = NO_BROKER, env: dict | None = None) -> StdioServerParameters:
+    args = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", bootstrap, *flags, "--", *server]
+    return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
+
+
+def direct(server: list[str]) -> StdioServerParameters:
+    return StdioServerParameters(command=server[0], args=server[1:], cwd=str(REPO))
+
+
+def client(target, name: str = "test-host", mode: str = "auto") -> Client:
+    return Client(target, mode=mode, cache=None, client_info=types.Implementation(name=name, version="1"))
+
+
+def texts(result: types.CallToolResult) -> list[str]:
+    return [item.text for item in result.content if isinstance(item, types.TextContent)]
+
+
+async def loop(c: Client, tool: str, args: dict, n: int) -> list[types.CallToolResult]:
+    return [await c.call_tool(tool, args) for _ in range(n)]
+
+
+def assert_warned_at_10_blocked_at_20(results: list[types.CallToolResult], tool: str, plain: list[str]) -> None:
+    """Calls 1-10 untouched; the 11th (10 identical calls before it) carries the warning as one more
+    text item; calls 12-20 untouched; the 21st and later are refused with the block's text."""
+    for i in [*range(10), *range(11, 20)]:
+        assert not results[i].is_error and texts(results[i]) == plain, i
+    warned = texts(results[10])
+    assert warned[:-1] == plain and not results[10].is_error
+    assert warned[-1].startswith("[loopwarden] WARNING:") and f"called {tool} 10 times" in warned[-1]
+    for blocked in results[20:]:
+        assert blocked.is_error
+        assert texts(blocked) == [
+            f"CRITICAL: Called {tool} with identical arguments and identical outcomes 20 times. "
+            "Session execution blocked to prevent runaway loops."
+        ]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # the 2026-07-28 revision, and the initialize handshake
+async def test_a_looping_client_is_warned_at_10_blocked_at_20_and_sees_why(mode):
+    async with client(proxy(TOOL_SERVER), mode=mode) as c:
+        assert c.protocol_version == ("2026-07-28" if mode == "auto" else "2025-11-25")
+        results = await loop(c, "echo", {"text": "same"}, 22)
+        assert_warned_at_10_blocked_at_20(results, "echo", ["same"])
+        ran = await c.call_tool("count", {})
+        assert texts(ran) == ["20"]  # the refused calls never reached the server
+
+
+async def test_a_healthy_client_is_never_touched_and_everything_passes_through():
+    async with client(direct(TOOL_SERVER)) as d:
+        tools, resources, prompts = await d.list_tools(), await d.list_resources(), await d.list_prompts()
+        note, greet = await d.read_resource("mem://note"), await d.get_prompt("greet")
+    async with client(proxy(TOOL_SERVER)) as c:
+        assert c.server_info.name == "tool-server"
+        assert (await c.list_tools()).tools == tools.tools
+        assert (await c.list_resources()).resources == resources.resources
+        assert (await c.list_prompts()).prompts == prompts.prompts
+        assert (await c.read_resource("mem://note")).contents == note.contents
+        assert (await c.get_prompt("greet")).messages == greet.messages
+        for i in range(45):  # progress: a different call each time, past every threshold
+            result = await c.call_tool("echo", {"text": f"step {i}"})
+            assert not result.is_error and texts(result) == [f"step {i}"]
+        failed = await c.call_tool("fail", {})  # the server's own tool error, unchanged
+        assert failed.is_error and texts(failed) == ["disk on fire"]
+        with pytest.raises(MCPError, match="boom"):  # and its protocol error
+            await c.call_tool("boom", {})
+        assert texts(await c.call_tool("count", {})) == ["47"]
+
+
+async def test_the_agent_id_is_the_clients_name_unless_configured():
+    """`ops-monitor` has thresholds 20/40 in the config: a host of that name is warned only after 20 calls."""
+    async with client(proxy(TOOL_SERVER), name="ops-monitor") as c:
+        results = await loop(c, "echo", {"text": "x"}, 21)
+        assert [len(r.content) for r in results] == [1] * 20 + [2]
+    async with client(proxy(TOOL_SERVER, "--agent-id", "support-bot"), name="ops-monitor") as c:
+        results = await loop(c, "echo", {"text": "x"}, 11)
+        assert [len(r.content) for r in results] == [1] * 10 + [2]
+
+
+async def test_large_arguments_are_judged_by_their_digest():
+    """Beyond --max-payload-bytes a call's arguments are published and hashed as a digest: a loop of
+    large identical calls is still one, different large calls are not."""
+    big = "x" * 4096
+    async with client(proxy(TOOL_SERVER, "--max-payload-bytes", "256")) as c:
+        varied = [await c.call_tool("echo", {"text": big + str(i)}) for i in range(12)]
+        assert all(len(r.content) == 1 for r in varied)
+        results = await loop(c, "echo", {"text": big}, 21)
+        assert_warned_at_10_blocked_at_20(results, "echo", [big])
+
+
+async def test_a_server_of_an_older_revision():
+    async with client(proxy(OLD_SERVER)) as c:
+        assert [t.name for t in (await c.list_tools()).tools] == ["echo"]
+        assert c.server_info.name == "old"
+        results = await loop(c, "echo", {"text": "again"}, 21)
+        assert_warned_at_10_blocked_at_20(results, "echo", ["again"])
+
+
+async def test_the_reference_filesystem_server_from_npm(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(f"content of {name}\n")
+    server = [str(bin_path(MCP_FILESYSTEM, "mcp-server-filesystem")), str(tmp_path)]
+    async with client(direct(server)) as d:
+        tools = (await d.list_tools()).tools
+        listing = texts(await d.call_tool("list_directory", {"path": str(tmp_path)}))
+    # the server speaks 2025-11-25: a host on the same revision gets its tools field for field (a 2026-07-28
+    # host gets them in its revision's form, which has no `execution`)
+    async with client(proxy(server), mode="legacy") as c:
+        assert (await c.list_tools()).tools == tools
+        for i in range(8):  # a few reads, below every threshold: untouched
+            name = ("a.txt", "b.txt")[i % 2]
+            read = await c.call_tool("read_text_file", {"path": str(tmp_path / name)})
+            assert texts(read) == [f"content of {name}\n"] and not read.is_error
+        results = await loop(c, "list_directory", {"path": str(tmp_path)}, 21)
+        assert_warned_at_10_blocked_at_20(results, "list_directory", listing)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_over_http_each_session_is_its_own_run(tmp_path):
+    port = free_port()
+    argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER]
+    argv += ["--http", f"127.0.0.1:{port}", "--", *TOOL_SERVER]
+    log = (tmp_path / "proxy.log").open("w")
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a hang guard while the proxy starts, not a timing assertion
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with client(url, mode="legacy") as first, client(url, mode="legacy") as second:
+            a = await loop(first, "echo", {"text": "same"}, 8)
+            b = await loop(second, "echo", {"text": "same"}, 11)  # one run would warn at its 3rd call
+            assert [len(r.content) for r in a] == [1] * 8
+            assert [len(r.content) for r in b] == [1] * 10 + [2]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

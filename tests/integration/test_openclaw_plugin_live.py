@@ -1,0 +1,185 @@
+"""The OpenClaw plugin in the real OpenClaw release (npm), turns run offline against a scripted model.
+
+- two OpenClaw agents looping on the same failing tool open one fleet incident on a live
+  worker (Tansu, a worker process, the decision service ``loopwarden sidecar`` between the
+  plugin and the broker), and a later run of one of them gets the incident's block: the
+  plugin's block text is what the model reads as the call's result;
+- with the decision service down, the plugin allows every call and OpenClaw's own loop
+  detection still runs (its warning reaches the model);
+- the plugin's config block is validated by OpenClaw against the plugin's configSchema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from loopwarden.sidecar.process import SidecarProcess
+from tests.hosts.openclaw_host import ScriptedProvider, openclaw, repeat_script, text_of, tool_results, write_config
+
+from .support import WorkerProcess, collect, ready_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PLUGIN = Path(__file__).resolve().parents[2] / "streams" / "runner" / "integrations" / "openclaw-plugin"
+FAILING = ("read", {"path": "missing.txt"})  # fails the same way each time: "File not found: <workspace>/missing.txt"
+OPENCLAW_WARNING = "[System note: Tool-loop warning after 10 repeated calls."
+# The fleet's config, read by the worker and the decision service alike: OpenClaw's rules, and
+# an incident when 2 runs of 2 agents each get the same failure 3 times; then a run that has
+# had it 3 times is blocked from calling the tool again.
+FLEET_DOC = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwarden": {
+        "incidents": {
+            "enabled": True,
+            "minStreak": 3,
+            "minRuns": 2,
+            "minAgents": 2,
+            "window": 600,
+            "block": True,
+            "blockAfter": 3,
+            "samples": True,
+        }
+    },
+}
+INCIDENT_BLOCK = re.compile(
+    r"^CRITICAL: a fleet incident is open: many runs get the same outcome from read; "
+    r"this run has had it \d+ times\. Call blocked; try another approach\.$"
+)
+
+
+def plugin_block(config: dict) -> dict:
+    """OpenClaw's ``plugins`` block loading the plugin from the repo with ``config``."""
+    return {
+        "plugins": {
+            "allow": ["loopwarden"],
+            "load": {"paths": [str(PLUGIN)]},
+            "entries": {"loopwarden": {"enabled": True, "config": config}},
+        }
+    }
+
+
+def openclaw_config(tmp: Path, base_url: str, plugin_config: dict, agents: list[str] = ()) -> Path:
+    """A config: the scripted model, OpenClaw's loop detection on, the plugin, the agents (besides ``main``)."""
+    workspace = tmp / "home" / "workspace"  # one workspace: the agents' failures read alike
+    workspace.mkdir(parents=True, exist_ok=True)
+    path = write_config(tmp / "openclaw.json", base_url, workspace=workspace, extra=plugin_block(plugin_config))
+    if agents:
+        cfg = json.loads(path.read_text())
+        cfg["agents"]["ownership"] = "explicit"
+        cfg["agents"]["entries"] = {agent: {"workspace": str(workspace)} for agent in agents}
+        path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+def agent_turn(tmp: Path, config: Path, agent: str, session: str, message: str = "go", timeout: float = 240):
+    return openclaw(
+        ["agent", "--local", "--agent", agent, "--session-id", session, "--message", message, "--json"],
+        tmp / "home",
+        config,
+        timeout=timeout,
+    )
+
+
+def seen_results(provider: ScriptedProvider) -> list[str]:
+    """The tool results in the model's last request (each request carries the run's whole history)."""
+    last = provider.tool_turns()[-1]
+    return [text_of(m) for m in tool_results(last["messages"])]
+
+
+@pytest.fixture(scope="module")
+def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, SidecarProcess]]:
+    """A ready worker and the decision service on its topics, both with :data:`FLEET_DOC`."""
+    tmp = tmp_path_factory.mktemp("openclaw-fleet")
+    for worker in ready_worker(tansu, tmp, "ocfleet", FLEET_DOC):
+        names = worker.names
+        args = ["--config", str(tmp / "loop.json"), "--bootstrap", tansu, "--events-topic", names.events]
+        args += ["--control-topic", names.control, "--config-topic", names.config]
+        sidecar = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
+        try:
+            yield worker, sidecar
+        finally:
+            sidecar.stop()
+
+
+def loop_until_blocked(calls: int) -> Callable[[list[dict]], object]:
+    """The failing call again and again, until ``calls`` results or one that is the fleet's block."""
+
+    def script(messages: list[dict]) -> object:
+        results = [text_of(m) for m in tool_results(messages)]
+        if len(results) >= calls or (results and INCIDENT_BLOCK.match(results[-1])):
+            return "giving up"
+        return [FAILING]
+
+    return script
+
+
+def test_two_openclaw_agents_open_one_incident_and_its_block_reaches_the_model(tansu, fleet, tmp_path):
+    worker, sidecar = fleet
+    names = worker.names
+    with ScriptedProvider(loop_until_blocked(4)) as provider:
+        config = openclaw_config(tmp_path, provider.base_url, {"url": sidecar.url}, agents=["alpha", "beta"])
+        for agent in ("alpha", "beta"):
+            proc = agent_turn(tmp_path, config, agent, f"fleet-{agent}")
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        # both runs failed the same way four times: the tool ran (nothing blocked yet)
+        assert all("File not found" in r for r in seen_results(provider)), seen_results(provider)
+
+    records = [
+        json.loads(r.value)
+        for r in collect(tansu, names.incidents, until=lambda rs: len(rs) >= 1, idle=2.0, timeout=60)
+    ]
+    opened = [r for r in records if r["state"] == "open"]
+    assert len(opened) == 1, records
+    incident = opened[0]
+    assert incident["tool_name"] == "read"
+    assert sorted(incident["agent_ids"]) == ["alpha", "beta"]
+    assert incident["run_count"] == 2 and incident["agent_count"] == 2
+    assert "File not found" in incident["sample"]
+
+    # a new run of alpha fails three times more; the worker answers its next call with the incident's block
+    with ScriptedProvider(loop_until_blocked(12)) as provider:
+        config = openclaw_config(tmp_path, provider.base_url, {"url": sidecar.url}, agents=["alpha", "beta"])
+        proc = agent_turn(tmp_path, config, "alpha", "fleet-alpha-2", message="try again")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = seen_results(provider)
+    blocked = [i for i, r in enumerate(results) if INCIDENT_BLOCK.match(r)]
+    assert blocked, results
+    # the first three calls of the run ran and failed; the block is the model's whole view of the blocked call
+    assert blocked[0] >= 3 and all("File not found" in r for r in results[: blocked[0]])
+    assert worker.metrics().get('loopwarden_incidents_total{state="open"}') == 1
+
+
+def test_service_down_the_plugin_allows_and_openclaws_own_rules_run(tmp_path):
+    with ScriptedProvider(repeat_script([FAILING], 11)) as provider:
+        # nothing listens on port 9 (discard): every check is refused at once
+        config = openclaw_config(tmp_path, provider.base_url, {"url": "http://127.0.0.1:9"})
+        proc = agent_turn(tmp_path, config, "main", "down-1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = seen_results(provider)
+    assert len(results) == 11
+    # every call ran (the plugin allowed it): each result is the tool's own error
+    assert all("File not found" in r for r in results), results
+    # OpenClaw's own loop detection ran: its warning on the 10th identical call
+    assert any(OPENCLAW_WARNING in r for r in results), results
+    # the plugin said so once (the later failures within 30 s are counted, not logged)
+    failures = [line for line in proc.stderr.splitlines() if "[loopwarden] check failed" in line]
+    assert len(failures) == 1, proc.stderr[-3000:]
+    assert "allowing (fail open" in failures[0]
+
+
+def test_openclaw_validates_the_plugin_config_against_its_schema(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    good = openclaw_config(tmp_path, "http://127.0.0.1:9/v1", {"url": "http://127.0.0.1:7766", "timeoutMs": 250})
+    assert openclaw(["config", "validate"], home, good, timeout=120).returncode == 0
+    bad = openclaw_config(tmp_path, "http://127.0.0.1:9/v1", {"url": "http://127.0.0.1:7766", "timeout": 250})
+    proc = openclaw(["config", "validate"], home, bad, timeout=120)
+    assert proc.returncode != 0
+    assert 'plugins.entries.loopwarden.config: invalid config: must not have additional properties: "timeout"' in (
+        proc.stdout + proc.stderr
+    )
