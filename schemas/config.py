@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from loopwarden.schemas.bounds import MAX_DEPTH, too_deep
 from loopwarden.schemas.extensions import (
     DEFAULT_EXTENSIONS,
     OBSERVED_ORIGINS,
@@ -529,9 +530,15 @@ class FleetConfig:
 
 
 def parse_config_text(text: str, name: str | None = None) -> Any:
-    """Parse JSON or JSON5 text (JSON is a subset of JSON5); errors name ``name`` and the line."""
+    """Parse JSON or JSON5 text (JSON is a subset of JSON5); errors name ``name`` and the line.
+
+    Text nested deeper than :data:`~loopwarden.schemas.bounds.MAX_DEPTH` is refused before any
+    parser sees it (a config record is hostile input; parsers recurse)."""
     import pyjson5
 
+    depth = too_deep(text.encode("utf-8", "surrogatepass"))
+    if depth is not None:
+        raise ConfigError(f"{name or 'config'}: nested {depth} deep, more than {MAX_DEPTH}")
     try:
         return pyjson5.decode(text)
     except Exception as exc:  # pyjson5 raises several error classes
@@ -541,7 +548,7 @@ def parse_config_text(text: str, name: str | None = None) -> Any:
     # has them read by Python's json; JSON5 gets such numerals as Infinity.
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     try:
         return pyjson5.decode(_OVERFLOW_NUMERAL.sub(_infinity, text))

@@ -35,7 +35,7 @@ from loopwarden.schemas.config import (
     resolve_block,
     show,
 )
-from loopwarden.schemas.extensions import LATEST_FIXED, PROFILE_LATEST, Extensions, resolve_extensions
+from loopwarden.schemas.extensions import LATEST_FIXED, LATEST_RELEASE, PROFILE_LATEST, Extensions, resolve_extensions
 
 LOOP_DETECTION_KEYS = (
     "enabled",
@@ -265,6 +265,24 @@ def check_document(doc: Any, source: str | None = None) -> ConfigReport:
     return ConfigReport(source=source, blocks=blocks, warnings=warnings)
 
 
+def release_rejects(block: dict) -> list[Note]:
+    """The keys of a ``tools.loopDetection`` block the OpenClaw release refuses: it accepts only a boolean
+    ``enabled`` there (``openclaw config validate`` fails on anything else), and it records calls only when
+    ``enabled`` is ``true``."""
+    notes = []
+    for key, value in block.items():
+        if key == "enabled":
+            if not isinstance(value, bool):
+                notes.append(Note(key=key, value=value, text=f"enabled must be true or false for {LATEST_RELEASE}"))
+            continue
+        text = f"{key} is rejected by {LATEST_RELEASE} (it accepts only enabled under tools.loopDetection)"
+        notes.append(Note(key=key, value=value, text=text))
+    if block.get("enabled") is not True:
+        text = f"{LATEST_RELEASE} detects and records calls only when enabled is true"
+        notes.append(Note(key="enabled", value=block.get("enabled"), text=text))
+    return notes
+
+
 def with_profile(
     block: Any, effective: ResolvedConfig, notes: list[Note], ext: Extensions | None
 ) -> tuple[ResolvedConfig, list[Note]]:
@@ -282,6 +300,7 @@ def with_profile(
         if key in given:
             value = LATEST_FIXED.get(key, "every detector on")
             kept.append(Note(key=key, value=value, text=f"{key} is ignored by profile {PROFILE_LATEST}: {value}"))
+    kept.extend(release_rejects(block))
     fixed = msgspec.structs.replace(
         effective,
         history_size=LATEST_FIXED["historySize"],

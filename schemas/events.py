@@ -115,6 +115,7 @@ EVENT_TYPES: tuple[type, ...] = (ToolCall, ToolResult, CompactionRetry, RunEnd, 
 
 
 DeadLetterReason = Literal[
+    "unreadable",
     "empty",
     "too_large",
     "too_deep",
@@ -129,6 +130,10 @@ DeadLetterReason = Literal[
 ]
 """Why a record became a dead letter; the one table (schemas/WIRE.md, "Dead-letter reasons").
 
+- ``unreadable``: the Kafka client could not parse the record (a header key that is not
+  UTF-8, a batch whose CRC or compression is broken): ``detail`` says why and which offsets;
+  ``raw`` is empty (the record's bytes never reached us as a record), ``size``/``sha256``
+  those of nothing.
 - ``empty``: the record has no value (a tombstone) or zero bytes.
 - ``too_large``: more bytes than ``max_event_bytes`` (checked before parsing).
 - ``too_deep``: arrays/objects nested deeper than ``max_depth``.

@@ -11,9 +11,12 @@ A section that does not validate falls back to its defaults and the problem
 is reported by :func:`resolve_extensions` (``loopwarden config check`` shows
 it); one bad section never disables the rest.
 
-``profile: "openclaw-latest"`` swaps OpenClaw's docs revision for its newest
-detector revision (RULES.md §14): fixed thresholds, ``argument_churn``,
-escalating blocked retries. An agent's ``profile: null`` opts it out.
+``profile: "openclaw-latest"`` swaps OpenClaw's docs revision for the newest
+OpenClaw release's detector (RULES.md §14): fixed thresholds, ``argument_churn``,
+escalating blocked retries, bounded recovery on the runner's side. An agent's
+``profile: null`` opts it out. ``writeChurn: true`` adds, under the profile, the
+write-mutation kind of ``argument_churn`` that upstream has and the release
+does not.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
 
 
 PROFILE_LATEST = "openclaw-latest"
+LATEST_RELEASE = "openclaw@2026.9.6"  # the OpenClaw release the profile follows (RULES.md §14)
 PROFILES = (PROFILE_LATEST,)
 # What the openclaw-latest profile uses instead of these loopDetection knobs, whatever they
 # say (its detector reads only `enabled`); every `detectors.*` switch is on.
@@ -84,6 +88,8 @@ class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
     # "openclaw-latest": OpenClaw's newest detector revision instead of the docs revision
     # (loopwarden.detection.latest); None (or null per agent): the docs revision.
     profile: str | None = None
+    # Under the profile only: upstream's write-mutation churn (RULES.md L5.3), not in the release.
+    write_churn: bool = False
     incidents: Incidents = Incidents()
     cross_run: CrossRun = CrossRun()
     escalation: Escalation = Escalation()
@@ -141,6 +147,11 @@ def resolve_extensions(block: Any) -> tuple[Extensions, list[str]]:
                 fields["profile"] = value
             else:
                 problems.append(f"loopwarden.profile must be one of {', '.join(PROFILES)} or null: {value!r} ignored")
+        elif key == "writeChurn":
+            if isinstance(value, bool):
+                fields["writeChurn"] = value
+            else:
+                problems.append(f"loopwarden.writeChurn must be true or false: {value!r} ignored")
         elif key == "shadow":
             if isinstance(value, bool):
                 fields["shadow"] = value

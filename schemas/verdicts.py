@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 import msgspec
@@ -98,15 +99,38 @@ class VerdictViolation(msgspec.Struct, kw_only=True, omit_defaults=True, tag_fie
     ts: float | None = None
 
 
+MAX_DEAD_LETTER_RAW = 4096  # bytes of a refused record kept in its dead letter; ``size`` and ``sha256`` say the rest
+
+
 class DeadLetter(msgspec.Struct, kw_only=True):
-    """A message that did not decode to a valid event, kept whole for operators."""
+    """A record that was refused: where it was, why, and its first bytes with its size and digest.
+
+    Only a bounded prefix is copied: a compressed batch of large records would otherwise become
+    dead letters many times its own size (and as much memory in the reader)."""
 
     reason: str
     detail: str
     topic: str
     partition: int
     offset: int
-    raw: bytes
+    raw: bytes  # the first MAX_DEAD_LETTER_RAW bytes of the record's value
+    size: int = 0  # the value's size in bytes
+    sha256: str = ""  # hex SHA-256 of the whole value
+
+
+def dead_letter(reason: str, detail: str, topic: str, partition: int, offset: int, raw: bytes | None) -> DeadLetter:
+    """The one way a dead letter is made: ``detail`` cut to 1,000 characters, ``raw`` to its bounded prefix."""
+    data = raw or b""
+    return DeadLetter(
+        reason=reason,
+        detail=detail[:1000],
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        raw=data[:MAX_DEAD_LETTER_RAW],
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def encode_verdict(verdict: Verdict | VerdictViolation) -> bytes:

@@ -26,6 +26,10 @@ TARGETS = {
     "screening": ("loopwarden.bench.screening", "µs per KB of hostile records through the worker's screen"),
     "signing": ("loopwarden.bench.signing", "what signed records and keyed warning keys cost per record"),
     "state": ("loopwarden.bench.state", "a run's stored value: bytes, decoded memory, encode/decode µs per run"),
+    "recovery": (
+        "loopwarden.bench.recovery",
+        "the release's batch admission (openclaw-latest) per call, against check() under the default rules",
+    ),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "hook": ("loopwarden.bench.hook", "one `loopwarden hook` run as a coding agent starts it, service up and down"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
@@ -36,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, mcp, config, screening, "
-        "signing, state, soak, hook, all)",
+        "signing, state, recovery, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

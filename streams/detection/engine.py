@@ -21,7 +21,7 @@ from loopwarden.detection.buckets import dedup_key, should_emit
 from loopwarden.detection.cost import Charge
 from loopwarden.detection.detectors import Finding, decide
 from loopwarden.detection.history import record_outcome
-from loopwarden.detection.latest_hashing import KIND_NONE, LATEST_HASHER, VETO, mutation_target
+from loopwarden.detection.latest_hashing import KIND_NONE, KIND_VETO, LATEST_HASHER, VETO, mutation_target
 from loopwarden.detection.payloads import HASHER, CallKey, ResultKey
 from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, RunUsage, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
@@ -185,7 +185,7 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
     info = LATEST_HASHER.call_info(tool, raw)
     sig = info.sig
-    target = mutation_target(info.path, event.cwd)
+    target = mutation_target(info.path, event.cwd) if ext.write_churn else None  # the release has no write churn
     h = state.history
     x = latest.extras(state)
     detections = NO_DETECTIONS
@@ -206,7 +206,7 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
                 if u is not None:
                     cost.align(u, h, appended)
                 return _new(StepResult, (state, detections, False, False, charge))
-    if cfg.record_calls:
+    if cfg.enabled:  # the release records a call only when `enabled === true` (its outcome is recorded anyway)
         latest.record_call(h, x, tool, sig, event.tool_call_id, target)
         if u is not None:
             charge = _charge_recorded(u, state, event, sig, tool, charge)
@@ -233,7 +233,8 @@ def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, e
         return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
     sig = info.sig
     h = state.history
-    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, mutation_target(info.path))
+    target = mutation_target(info.path) if ext.write_churn else None
+    appended = latest.record_outcome(h, latest.extras(state), tool, sig, call_id, outcome, target)
     u = state.usage
     if u is not None:
         cost.align(u, h, appended)
@@ -243,6 +244,60 @@ def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, e
         if abort is not None:
             return abort
     return _new(StepResult, (state, NO_DETECTIONS, False, False, None))
+
+
+# --- bounded recovery's batch admission (openclaw-latest; the runner's side, RULES.md L9) ---
+
+
+def _call_key(event: ToolCall) -> tuple[str, str, str | None]:
+    tool = normalize_tool_name(event.tool_name)
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    info = LATEST_HASHER.call_info(tool, raw)
+    return tool, info.sig, info.path
+
+
+def action_key(event: ToolCall) -> tuple[str, str]:
+    """A call's tool and signature under the profile (the release's ``actionKey``)."""
+    tool, sig, _ = _call_key(event)
+    return tool, sig
+
+
+def open_batch(state: RunState, calls: int) -> None:
+    """Start a batch's projection (on a copy of the run's state): the window grows by the batch."""
+    latest.project(state.history, calls - 1)
+
+
+def as_sibling_veto(state: RunState, event: ToolCall) -> None:
+    """In a batch's projection: the call just admitted counts as a loop veto for the siblings after it.
+
+    Marks its pending record (the newest, if it is this call's) as a veto, keeping its call id."""
+    h, x = state.history, latest.extras(state)
+    if h.args and h.results[-1] is None and x.kinds[-1] == KIND_NONE and h.call_ids[-1] == event.tool_call_id:
+        x.kinds[-1] = KIND_VETO
+
+
+def commit_batch(state: RunState, call_ids: Sequence[str]) -> None:
+    """The admitted batch's records become the pending calls they are (undo :func:`as_sibling_veto`),
+    and the window is 30 again."""
+    ids = set(call_ids)
+    h, x = state.history, latest.extras(state)
+    for j in range(len(h.args) - 1, max(-1, len(h.args) - 1 - len(ids)), -1):
+        if h.call_ids[j] in ids and h.results[j] is None and x.kinds[j] == KIND_VETO:
+            x.kinds[j] = KIND_NONE
+    latest.end_projection(h, x)
+
+
+def refuse_batch(state: RunState, calls: Sequence[ToolCall], trigger: ToolCall, ext: Extensions) -> None:
+    """A critical refused the whole batch before any call ran: the loop's veto is recorded for every call
+    with the trigger's tool and signature, nothing for the others, and each call's result is its veto."""
+    key = action_key(trigger)
+    h, x = state.history, latest.extras(state)
+    for call in calls:
+        tool, sig, path = _call_key(call)
+        if (tool, sig) == key:
+            target = mutation_target(path, call.cwd) if ext.write_churn else None
+            latest.record_outcome(h, x, tool, sig, call.tool_call_id, VETO, target)
+        expect_veto(state, call.tool_call_id, MAX_BLOCKED_CALLS)
 
 
 def step(state: RunState | None, event: Event, config: ResolvedConfig, *, ext: Extensions | None = None) -> StepResult:

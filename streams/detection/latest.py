@@ -63,8 +63,28 @@ def extras(state: RunState) -> RecordExtras:
     return x
 
 
+def window(h: History) -> int:
+    """The window in force: 30, or more while a batch is projected (:func:`project`)."""
+    return h.__dict__.get("projected_window", HISTORY_SIZE)
+
+
+def project(h: History, siblings: int) -> None:
+    """While a batch is admitted the release judges each call on the history plus the siblings before it,
+    untrimmed: the window grows by the batch for the projection (a transient, never stored)."""
+    h.__dict__["projected_window"] = HISTORY_SIZE + max(0, siblings)
+
+
+def end_projection(h: History, x: RecordExtras) -> None:
+    """Back to the window of 30, the oldest records beyond it dropped (the release trims at each commit)."""
+    h.__dict__.pop("projected_window", None)
+    excess = len(h.args) - HISTORY_SIZE
+    if excess > 0:
+        h.trim(HISTORY_SIZE)
+        x.drop_oldest(excess)
+
+
 def _push(h: History, x: RecordExtras, tool: str, sig: str, call_id: str | None, outcome: Outcome, target) -> None:
-    h.push(tool, sig, call_id, outcome.result_hash, outcome.unknown, HISTORY_SIZE)
+    h.push(tool, sig, call_id, outcome.result_hash, outcome.unknown, window(h))
     x.append(target, outcome.kind, outcome.identity, outcome.no_progress)
     excess = len(x.kinds) - len(h.args)
     if excess > 0:  # the window slid
@@ -98,9 +118,10 @@ def record_outcome(
             kinds[j] = outcome.kind
             x.identities[j] = outcome.identity
             x.no_progress[j] = outcome.no_progress
-            excess = len(args) - HISTORY_SIZE
+            size = window(h)
+            excess = len(args) - size
             if excess > 0:  # the window in force before the profile was larger
-                h.trim(HISTORY_SIZE)
+                h.trim(size)
                 x.drop_oldest(excess)
             return False
     _push(h, x, tool, sig, None, outcome, target)  # complete: no call id kept

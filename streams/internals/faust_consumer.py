@@ -46,6 +46,7 @@ from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
 from loopwarden.kafka.connection import kafka_auth, servers
+from loopwarden.kafka.records import unreadable
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ class Consumer(faust_aiokafka.Consumer):
     normal path.
     """
 
+    unreadable = 0  # marks of unreadable records skipped on changelogs
+
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
@@ -285,9 +288,19 @@ class Consumer(faust_aiokafka.Consumer):
                     await self._to_callback(tp, self._to_message(tp, record))
 
     async def _to_callback(self, tp: TP, message: Any) -> None:
-        """A record outside the batch route: Faust's own per-message path."""
+        """A record outside the batch route: Faust's own per-message path.
+
+        The mark of an unreadable record (:mod:`loopwarden.internals.aiokafka_records`) on a
+        changelog is skipped here (Faust would raise on a changelog entry without a key; changelog
+        offsets are not committed); on the fleet topics it goes to the agent, which skips and acks it.
+        """
         last = self._read_offset[tp]
         if last is not None and message.offset < last:
+            return
+        if self._is_changelog_tp(tp) and unreadable(message.key, message.value, message.headers) is not None:
+            self.unreadable += 1
+            log.error("unreadable changelog record at %s:%s skipped", tp, message.offset)
+            self._read_offset[tp] = message.offset
             return
         await self.wait_first(self.callback(message), self.suspend_flow.wait())
         self._read_offset[tp] = message.offset

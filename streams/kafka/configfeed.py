@@ -18,19 +18,28 @@ of the first fetch (Fetch high watermarks are right on Tansu, end offsets
 are not), so processing starts with the overrides already in force.
 With a :class:`~loopwarden.kafka.signing.Verifier` (``config_keys``), a
 record that is not signed by an operator's key is ignored and counted.
+A record that cannot be applied is skipped and counted by reason in ``refused``
+(``on_refused(reason)``), and the feed goes on: ``unreadable`` (the mark of a record
+aiokafka could not parse, :mod:`loopwarden.kafka.records`), ``key_too_long`` (a key longer
+than an agent id may be, ``MAX_ID_CHARS``: each key is kept in every worker's and runner's
+memory), ``bad_record`` (not JSON/JSON5, not an object, nested deeper than ``MAX_DEPTH``).
+The owner installs the parse guard (:func:`loopwarden.internals.aiokafka_records.install`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from loopwarden.kafka.records import unreadable
 from loopwarden.kafka.signing import Headers, Verifier
 from loopwarden.kafka.topics import assign_from_start
 from loopwarden.schemas.config import MAX_AGENT_OVERRIDES, ConfigError, FleetConfig, parse_config_text
 from loopwarden.schemas.config_check import record_warnings
+from loopwarden.schemas.events import MAX_ID_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,7 @@ class ConfigFeed:
         on_ignored: Callable[[], Any] | None = None,
         verifier: Verifier | None = None,
         on_rejected: Callable[[], Any] | None = None,
+        on_refused: Callable[[str], Any] | None = None,
     ) -> None:
         self.fleet = base.copy()  # updated in place, record by record; the caller's object stays as it was
         self.on_ignored = on_ignored
@@ -75,6 +85,8 @@ class ConfigFeed:
         self.verifier = verifier
         self.on_rejected = on_rejected
         self.rejected = 0
+        self.on_refused = on_refused
+        self.refused: Counter[str] = Counter()  # reason -> records skipped (see the module docstring)
         self.client_kwargs = client_kwargs or {}  # TLS/SASL (loopwarden.kafka.connection.kafka_auth)
         self.bootstrap = bootstrap
         self.topic = topic
@@ -82,7 +94,26 @@ class ConfigFeed:
         self.loaded = asyncio.Event()
         self.applied = 0
 
+    def refuse(self, reason: str, key: bytes | None, why: object) -> bool:
+        """Skip a record that cannot be applied: counted by ``reason``, logged (the first and every 1000th)."""
+        self.refused[reason] += 1
+        if self.on_refused is not None:
+            self.on_refused(reason)
+        if self.refused[reason] == 1 or self.refused[reason] % 1000 == 0:
+            log.warning(
+                "config record for %r skipped (%s, %d so far): %s",
+                (key or b"")[:200],
+                reason,
+                self.refused[reason],
+                str(why)[:300],
+            )
+        return False
+
     def apply(self, key: bytes | None, value: bytes | None, headers: Headers = None) -> bool:
+        if (why := unreadable(key, value, headers)) is not None:
+            return self.refuse("unreadable", key, why)
+        if key is not None and (len(key) > 4 * MAX_ID_CHARS or len(key.decode("utf-8", "replace")) > MAX_ID_CHARS):
+            return self.refuse("key_too_long", key[:200], f"{len(key)} bytes")
         if self.verifier is not None and not self.verifier.verify(self.topic, key, value, headers):
             self.rejected += 1
             if self.on_rejected is not None:
@@ -100,8 +131,7 @@ class ConfigFeed:
         try:
             block, ext = block_of(value)
         except (ConfigError, UnicodeDecodeError) as exc:
-            log.warning("config record for %r ignored: %s", key, exc)
-            return False
+            return self.refuse("bad_record", key, exc)
         name = key.decode("utf-8", "replace")
         for text in record_warnings(block, ext, name):  # as `loopwarden config check` words them
             log.warning("config topic: %s", text)

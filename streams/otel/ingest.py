@@ -25,12 +25,14 @@ from typing import Any
 
 import msgspec
 
+from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers, settings_from_env
+from loopwarden.kafka.records import unreadable
 from loopwarden.otel.mapping import DEFAULT_MAX_PAYLOAD_BYTES, map_spans, relevant
 from loopwarden.otel.spans import ENCODINGS, SpanDecodeError, decode_spans
 from loopwarden.schemas.events import encode_event, run_key
 from loopwarden.schemas.jsvalues import json_bytes
-from loopwarden.schemas.verdicts import DeadLetter
+from loopwarden.schemas.verdicts import dead_letter
 
 log = logging.getLogger(__name__)
 
@@ -89,24 +91,8 @@ class SpanCounts(msgspec.Struct, kw_only=True):
     publish_dropped: int = 0  # records the broker refuses for good (too large, forbidden topic)
 
 
-MAX_DEAD_LETTER_RAW = 524_288  # raw bytes kept in a dead letter; a larger record is described, not copied
-
-
 def _dead_letter(reason: str, detail: str, record: Any, raw: bytes | None) -> bytes:
-    raw = raw or b""
-    if len(raw) > MAX_DEAD_LETTER_RAW:
-        detail = f"{detail[:900]} [raw bytes omitted: {len(raw)} bytes]"
-        raw = b""
-    return json_bytes(
-        DeadLetter(
-            reason=reason,
-            detail=detail[:1000],
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            raw=raw,
-        )
-    )
+    return json_bytes(dead_letter(reason, detail, record.topic, record.partition, record.offset, raw))
 
 
 def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = None) -> list[Out]:
@@ -114,6 +100,10 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
     counts = counts if counts is not None else SpanCounts()
     counts.records += 1
     dlq = settings.dead_letter_topic
+    why = unreadable(record.key, record.value, getattr(record, "headers", None))
+    if why is not None:
+        counts.dead["unreadable"] += 1
+        return [Out(dlq, None, _dead_letter("unreadable", why, record, None))]
     try:
         spans = decode_spans(
             record.value, settings.encoding, settings.max_request_bytes, settings.max_spans, keep=relevant
@@ -153,6 +143,7 @@ class SpanIngest:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
         s = self.settings.check()
+        install_parse_guard()  # a record aiokafka cannot parse is a mark: dead-lettered as unreadable
         auth = kafka_auth(s)
         consumer = AIOKafkaConsumer(
             s.spans_topic,

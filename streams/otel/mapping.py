@@ -22,10 +22,9 @@ from msgspec import UNSET, Raw
 
 from loopwarden.otel.spans import STATUS_ERROR, Span
 from loopwarden.runner.wire import bounded_payload, digest_payload
-from loopwarden.schemas.events import Event, RunEnd, ToolCall, ToolResult, payload
+from loopwarden.schemas.events import ID_CAPS, Event, RunEnd, ToolCall, ToolResult, payload
 
 ORIGIN = "otel"
-MAX_ID_CHARS = 1024  # agent, session, run and tool names and ids longer than this: rejected
 DEFAULT_MAX_PAYLOAD_BYTES = 65_536
 MAX_DEPTH = 64  # as the worker's max_depth: deeper JSON is kept as text
 
@@ -33,10 +32,11 @@ MAX_DEPTH = 64  # as the worker's max_depth: deeper JSON is kept as text
 SPAN_DEAD_LETTER_REASONS = (
     "otel_bad_request",  # not a trace export request in the configured encoding
     "otel_too_many_spans",  # more spans in one record than max_spans
+    "otel_too_many_values",  # more messages/JSON values in one record than spans.MAX_MESSAGES (counted first)
     "otel_bad_span",  # a tool span without a valid trace id or span id
     "otel_no_tool_name",  # a tool span that names no tool
     "otel_no_arguments",  # a tool span without its arguments (content capture off)
-    "otel_field_too_long",  # an id or name longer than MAX_ID_CHARS
+    "otel_field_too_long",  # an id or tool name longer than the worker's cap (schemas.events.ID_CAPS)
 )
 
 # Field sources, first present wins (blank or redacted strings count as absent).
@@ -218,10 +218,12 @@ def _error(span: Span) -> str | None:
     return span.status_message or _text(span.attributes.get("error.type")) or "error"
 
 
-def _too_long(*values: str | None) -> str | None:
-    for value in values:
-        if value is not None and len(value) > MAX_ID_CHARS:
-            return value[:40]
+def _too_long(**fields: str | None) -> tuple[str, int] | None:
+    """The first field over its cap, and the cap: the worker's own (:data:`ID_CAPS`), defined once,
+    so a span the bridge accepts is never an event the worker dead-letters as ``id_too_long``."""
+    for name, value in fields.items():
+        if value is not None and len(value) > ID_CAPS[name]:
+            return value[:40], ID_CAPS[name]
     return None
 
 
@@ -249,10 +251,12 @@ def map_tool_span(span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
         args = _openllmetry_input(args)
     ids = run_ids(span)
     call_id = _text(_first(a, CALL_ID))
-    long = _too_long(tool, call_id, ids.agent_id, ids.session_id, ids.run_id)
+    long = _too_long(
+        tool_name=tool, tool_call_id=call_id, agent_id=ids.agent_id, session_id=ids.session_id, run_id=ids.run_id
+    )
     if long is not None:
         return Rejected(
-            reason="otel_field_too_long", detail=f"{long!r}... is longer than {MAX_ID_CHARS} ({where})", span=span
+            reason="otel_field_too_long", detail=f"{long[0]!r}... is longer than {long[1]} ({where})", span=span
         )
     params = as_payload(args, max_payload_bytes, _json_text(a, args_from))
     common = dict(
@@ -285,7 +289,7 @@ def map_run_end(span: Span) -> RunEnd | None:
     if not span.trace_id or not span.span_id:
         return None
     ids = run_ids(span)
-    if _too_long(ids.agent_id, ids.session_id, ids.run_id) is not None:
+    if _too_long(agent_id=ids.agent_id, session_id=ids.session_id, run_id=ids.run_id) is not None:
         return None
     if ids.run_id == span.trace_id and span.parent_span_id:
         return None  # a nested agent span of a trace-wide run: the run goes on

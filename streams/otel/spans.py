@@ -72,6 +72,9 @@ ASSOCIATION_PREFIX = "traceloop.association.properties."
 MAX_VALUE_DEPTH = 8  # nesting of array/kvlist attribute values kept
 MAX_VALUE_ITEMS = 1024  # items of one array/kvlist attribute value kept
 MAX_EVENTS = 16  # span events looked at (for an "exception" event)
+# Values (messages, JSON objects/arrays) one record may decode to. Bytes bound a record, not what it
+# parses into: 8 MB of empty spans are four million messages (+700 MB); this many cost ~85 MB at most.
+MAX_MESSAGES = 500_000
 
 
 class SpanDecodeError(ValueError):
@@ -148,10 +151,82 @@ def _all(name: str, attributes: dict[str, Any]) -> bool:
     return True
 
 
-def _decode_proto(raw: bytes, max_spans: int, keep: Keep) -> list[Span]:
+# The message-typed fields of each OTLP message a trace export request holds (field number -> type).
+_CHILDREN: dict[str, dict[int, str]] = {
+    "request": {1: "resource_spans"},
+    "resource_spans": {1: "resource", 2: "scope_spans"},
+    "resource": {1: "kv", 3: "leaf"},
+    "scope_spans": {1: "scope", 2: "span"},
+    "scope": {3: "kv"},
+    "span": {9: "kv", 11: "event", 13: "link", 15: "leaf"},
+    "event": {3: "kv"},
+    "link": {4: "kv"},
+    "kv": {2: "any"},
+    "any": {5: "array", 6: "kvlist"},
+    "array": {1: "any"},
+    "kvlist": {1: "kv"},
+    "leaf": {},
+}
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def proto_counts(raw: bytes, max_messages: int, max_spans: int) -> tuple[int, int]:
+    """(messages, spans) of an OTLP protobuf trace export request, read off the wire format without
+    building them; stops as soon as either is over its limit. A malformed request is counted as far
+    as it reads (the parser then refuses it)."""
+    messages = spans = 0
+    todo = [("request", 0, len(raw))]
+    try:
+        while todo:
+            kind, pos, end = todo.pop()
+            children = _CHILDREN[kind]
+            while pos < end:
+                tag, pos = _varint(raw, pos)
+                wire = tag & 7
+                if wire == 0:
+                    _, pos = _varint(raw, pos)
+                elif wire == 1:
+                    pos += 8
+                elif wire == 5:
+                    pos += 4
+                elif wire == 2:
+                    size, pos = _varint(raw, pos)
+                    child = children.get(tag >> 3)
+                    if child is not None:
+                        messages += 1
+                        spans += child == "span"
+                        if messages > max_messages or spans > max_spans:
+                            return messages, spans
+                        todo.append((child, pos, min(pos + size, end)))
+                    pos += size
+                else:
+                    return messages, spans  # groups: not OTLP; the parser decides
+    except (IndexError, ValueError):
+        pass
+    return messages, spans
+
+
+def _decode_proto(raw: bytes, max_spans: int, keep: Keep, max_messages: int = MAX_MESSAGES) -> list[Span]:
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+    messages, spans = proto_counts(raw, max_messages, max_spans)
+    if spans > max_spans:
+        raise SpanDecodeError("otel_too_many_spans", f"more than {max_spans} spans")
+    if messages > max_messages:
+        raise SpanDecodeError("otel_too_many_values", f"more than {max_messages} messages (spans, attributes...)")
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(raw)
@@ -292,7 +367,10 @@ def _json_spans(request: Any) -> Iterator[tuple[dict, dict]]:
                     yield resource, s
 
 
-def _decode_json(raw: bytes, max_spans: int, keep: Keep) -> list[Span]:
+def _decode_json(raw: bytes, max_spans: int, keep: Keep, max_messages: int = MAX_MESSAGES) -> list[Span]:
+    containers = raw.count(b"{") + raw.count(b"[")  # an upper bound of the objects and arrays it decodes to
+    if containers > max_messages:
+        raise SpanDecodeError("otel_too_many_values", f"{containers} objects/arrays > limit {max_messages}")
     try:
         request = msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -334,15 +412,23 @@ def _decode_json(raw: bytes, max_spans: int, keep: Keep) -> list[Span]:
     return out
 
 
-def decode_spans(raw: bytes | None, encoding: str, max_bytes: int, max_spans: int, keep: Keep = _all) -> list[Span]:
+def decode_spans(
+    raw: bytes | None,
+    encoding: str,
+    max_bytes: int,
+    max_spans: int,
+    keep: Keep = _all,
+    max_messages: int = MAX_MESSAGES,
+) -> list[Span]:
     """The spans of one exporter record that ``keep`` wants (all by default; the span count limit is
-    on all of them); :class:`SpanDecodeError` for a record that cannot be read."""
+    on all of them); :class:`SpanDecodeError` for a record that cannot be read. Spans and values
+    are counted before anything is built (``max_spans``, ``max_messages``)."""
     if not raw:
         raise SpanDecodeError("empty", "record has no value")
     if len(raw) > max_bytes:
         raise SpanDecodeError("too_large", f"{len(raw)} bytes > limit {max_bytes}")
     if encoding == "otlp_json":
-        return _decode_json(raw, max_spans, keep)
+        return _decode_json(raw, max_spans, keep, max_messages)
     if encoding == "otlp_proto":
-        return _decode_proto(raw, max_spans, keep)
+        return _decode_proto(raw, max_spans, keep, max_messages)
     raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, not {encoding!r}")

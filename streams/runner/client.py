@@ -56,7 +56,7 @@ from loopwarden.runner.results import is_blocked_result
 from loopwarden.runner.routing import CLOSED, RunEntry, VerdictCallback, VerdictStream
 from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
-from loopwarden.runner.state import ClientStats, Decision, RecentIds, RunState
+from loopwarden.runner.state import ClientStats, Decision, DecisionAction, RecentIds, RunState
 from loopwarden.runner.text import verdict_text
 from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
@@ -387,6 +387,8 @@ class LoopClient:
         if decision is not None:
             call = decision.call
         event = wire.result_for(call, result=result, error=error, encode=self.encode)
+        if decision is not None and decision.source == "batch":
+            return event  # refused with its batch before it was a call of the run: nothing to publish
         await self._publish_local(event)
         if decision is not None and decision.action in ("block", "abort") and decision.verdict is not None:
             outcome, detail = (
@@ -448,8 +450,109 @@ class LoopClient:
                 stats.blocked += 1
                 return Decision(action="block", source="pending_block", call=call, verdict=pending)
         if self._local is not None:
+            if self.bounded_recovery(call):
+                stats.checks -= 1  # counted again by the batch
+                return self._check_batch_local(key, entry, [call], t0)[0]
             return self._check_local(key, entry, call, t0)
         return await self._check_worker(key, entry, call, timeout, t0)
+
+    async def check_batch(self, calls: list[ToolCall], timeout: float | None = None) -> list[Decision]:
+        """Decide one assistant message's tool calls (all of one run) before any of them runs.
+
+        Under the ``openclaw-latest`` profile, in local mode, this is the OpenClaw release's batch
+        admission with bounded recovery (RULES.md L9): siblings admitted earlier count as loop vetoes
+        for later ones; the run's first critical refuses the whole batch (the trigger's result says
+        not to repeat the action, its siblings' that they did not run); a second critical in the same
+        run refuses it and aborts the run. Otherwise each call is checked as :meth:`check` does.
+        """
+        if not calls:
+            return []
+        if self._local is not None and self.bounded_recovery(calls[0]):
+            key = run_key(calls[0])
+            entry = self._runs.get(key)
+            if entry is None or (entry.state.aborted is None and entry.state.pending_block is None):
+                return self._check_batch_local(key, entry, calls, time.perf_counter())
+        return [await self.check(call, timeout) for call in calls]
+
+    def bounded_recovery(self, call: ToolCall) -> bool:
+        """Whether ``call``'s run gets the release's batch admission (:meth:`check_batch`): the profile, local."""
+        local = self._local
+        try:
+            return local is not None and local.profiled(call)
+        except Exception:  # noqa: BLE001 - never stop a healthy agent
+            return False
+
+    def _check_batch_local(self, key: str, entry: RunEntry | None, calls: list[ToolCall], t0: float) -> list[Decision]:
+        from loopwarden.runner.local import strongest
+
+        local = self._local
+        assert local is not None
+        stats = self.stats
+        stats.checks += len(calls)
+        calls = [c if c.tool_call_id else msgspec.structs.replace(c, tool_call_id=wire.new_call_id()) for c in calls]
+        try:
+            admission = local.admit(key, calls)
+        except Exception:  # noqa: BLE001 - never stop a healthy agent
+            stats.local_errors += 1
+            stats.allowed += len(calls)
+            log.exception("local batch admission failed; the calls are allowed")
+            return [Decision(action="allow", source="error", call=c, release=True) for c in calls]
+        stats.local_decisions += len(admission.verdicts)
+        trigger = admission.trigger
+        if trigger is None:
+            out = []
+            for call, verdicts in zip(calls, admission.verdicts, strict=True):
+                marked = self._mark(key, call, verdicts)
+                self._put(marked, key)
+                for v in verdicts:
+                    self._deliver(entry, v, remember=False)
+                best = strongest(verdicts)
+                out.append(self._answered(best.action if best is not None else "allow", marked, best, t0, release=True))
+            return out
+        verdicts = admission.verdicts[trigger]
+        critical = strongest(verdicts)
+        assert critical is not None
+        state = entry.state if entry is not None else None
+        terminal = critical.action == "abort" or (state is not None and state.recovered)
+        if terminal and critical.action != "abort":
+            critical = msgspec.structs.replace(critical, action="abort")
+        if state is not None:
+            state.recovered = True
+        marked = self._mark(key, calls[trigger], [critical])
+        self._put(marked, key)
+        for v in verdicts:
+            self._deliver(entry, v, remember=False)  # the batch answers them: no pending block
+        if terminal and critical not in verdicts:
+            self._deliver(entry, critical)  # the run's abort: later checks answer it, adapters end the run
+        action = "abort" if terminal else "block"
+        out = []
+        for i, call in enumerate(calls):
+            if i == trigger:
+                out.append(
+                    self._answered(action, marked, critical, t0, release=True, recovery="trigger", terminal=terminal)
+                )
+            else:
+                self._count(action)
+                out.append(
+                    Decision(
+                        action=action, source="batch", call=call, release=True, recovery="sibling", terminal=terminal
+                    )
+                )
+        return out
+
+    def _answered(
+        self, action: DecisionAction, call: ToolCall, verdict: Verdict | None, t0: float, **extra: Any
+    ) -> Decision:
+        """A locally decided call's answer, counted."""
+        self._count(action)
+        return Decision(
+            action=action,
+            source="local",
+            call=call,
+            verdict=verdict,
+            seconds=time.perf_counter() - t0,
+            **extra,
+        )
 
     def _check_local(self, key: str, entry: RunEntry | None, call: ToolCall, t0: float) -> Decision:
         if not call.tool_call_id:
@@ -465,15 +568,8 @@ class LoopClient:
             elif verdict is None or (verdict.action == "warn" and v.action == "block"):
                 verdict = v
             self._deliver(entry, v, remember=False)  # the check answers this call: no pending block
-        action = verdict.action if verdict is not None else "allow"
-        self._count(action)
-        return Decision(
-            action=action,
-            source="local",
-            call=call,
-            verdict=verdict,
-            seconds=time.perf_counter() - t0,
-            superseded=superseded,
+        return self._answered(
+            verdict.action if verdict is not None else "allow", call, verdict, t0, superseded=superseded
         )
 
     def _count(self, action: str) -> None:

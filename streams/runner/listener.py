@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from loopwarden.internals.aiokafka_client import cancel_fetch_tasks, close_connections, fetch_all_metadata
+from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.kafka.signing import verifier_from
 from loopwarden.runner.outbox import Outage, wait_event
@@ -82,6 +83,7 @@ class VerdictListener:
         itself whenever the broker comes up (checks meanwhile fail open).
         """
         s = self.settings
+        install_parse_guard()  # a record aiokafka cannot parse is a mark (no value: undecodable), not a crash
         self._task = asyncio.create_task(self._run(), name="loopwarden-verdicts")
         if not await wait_event(self._attempted, s.request_timeout_ms / 1000) or self._consumer is None:
             return  # the broker is down: connecting goes on in the background
@@ -172,6 +174,9 @@ class VerdictListener:
                 continue
             for records in batches.values():
                 for record in records:
+                    if record.value is None:  # never a verdict (and the mark of an unreadable record)
+                        self.on_undecodable()
+                        continue
                     if wants is not None and record.key is not None and not wants(record.key):
                         if on_foreign is not None:
                             on_foreign()
@@ -182,7 +187,7 @@ class VerdictListener:
                         continue
                     try:
                         verdict = decode(record.value)
-                    except (msgspec.DecodeError, TypeError):
+                    except (msgspec.DecodeError, TypeError, RecursionError):  # nesting: msgspec's bound
                         self.on_undecodable()
                         continue
                     if type(verdict) is Verdict:

@@ -33,7 +33,10 @@ import msgspec
 
 from loopwarden.detection import RunState as EngineState
 from loopwarden.detection.decision import decide_event
+from loopwarden.detection.engine import as_sibling_veto, commit_batch, open_batch, refuse_batch
 from loopwarden.detection.published import verdict_for
+from loopwarden.detection.state import decode_state, encode_state
+from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.kafka.configfeed import ConfigFeed
 from loopwarden.kafka.connection import kafka_auth
 from loopwarden.runner.outbox import Outage
@@ -91,6 +94,13 @@ def runner_decision(verdict: Verdict | None) -> RunnerDecision:
     )
 
 
+class Admission(msgspec.Struct, kw_only=True):
+    """A batch's admission: each call's verdicts up to the trigger, and the trigger's index (None: admitted)."""
+
+    verdicts: list[list[Verdict]]
+    trigger: int | None = None
+
+
 class LocalDecider:
     """Per-run engine states of one runner and its verdict numbering."""
 
@@ -120,6 +130,52 @@ class LocalDecider:
                 states.popitem(last=False)
                 self.evicted += 1
         return decided.verdicts
+
+    def profiled(self, event: Event) -> bool:
+        """Whether the run's agent is under the ``openclaw-latest`` profile (bounded recovery applies)."""
+        return bool(self.fleet.extensions_of(event).profile)
+
+    def admit(self, key: str, calls: list[ToolCall], now: float | None = None) -> Admission:
+        """Admit one assistant tool batch as the OpenClaw release does (RULES.md L9), before any call runs.
+
+        Each call is decided on a projection of the run where the siblings admitted before it count
+        as loop vetoes. Without a critical, the run keeps the projection with those siblings as the
+        pending calls they are, and each call's verdicts stand. The first critical stops the walk:
+        the run keeps its history as it was plus a veto for every call with the trigger's tool and
+        signature (nothing for the others), with the projection's warning buckets; the verdicts of
+        the calls before the trigger are dropped (they do not run).
+        """
+        states = self._states
+        state = states.get(key)
+        when = time.time() if now is None else now
+        proj = decode_state(encode_state(state)) if state is not None else EngineState()
+        open_batch(proj, len(calls))
+        verdicts: list[list[Verdict]] = []
+        trigger = None
+        for i, call in enumerate(calls):
+            decided = decide(proj, call, self.fleet, self._name_event, when)
+            proj = decided.state
+            verdicts.append(decided.verdicts)
+            if any(v.action in ("block", "abort") for v in decided.verdicts):
+                trigger = i
+                break
+            if proj is not None:
+                as_sibling_veto(proj, call)
+        if proj is None:  # a run_end cannot be in a batch; nothing to keep
+            return Admission(verdicts=verdicts, trigger=trigger)
+        if trigger is None:
+            commit_batch(proj, [c.tool_call_id for c in calls if c.tool_call_id])
+        else:
+            base = state if state is not None else EngineState()
+            proj.history, proj.extras = base.history, base.extras
+            proj.blocked, proj.blocked_without_id = list(base.blocked), base.blocked_without_id
+            refuse_batch(proj, calls, calls[trigger], self.fleet.extensions_of(calls[trigger]))
+        states[key] = proj
+        states.move_to_end(key)
+        if len(states) > self.max_runs:
+            states.popitem(last=False)
+            self.evicted += 1
+        return Admission(verdicts=verdicts, trigger=trigger)
 
     def forget(self, key: str) -> None:
         self._states.pop(key, None)
@@ -152,6 +208,7 @@ class ConfigSource:
         self.base = base
         self.settings = settings
         self._on_update = on_update
+        install_parse_guard()  # the feed's consumer: a record aiokafka cannot parse is a mark, skipped
         self.feed = ConfigFeed(
             base,
             ",".join(settings.servers),

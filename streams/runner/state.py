@@ -13,12 +13,15 @@ from typing import Literal
 import msgspec
 
 from loopwarden.runner.results import blocked_tool_result
-from loopwarden.runner.text import verdict_text
+from loopwarden.runner.text import recovery_text, release_warning_note, verdict_text
 from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
 
 DecisionAction = Literal["allow", "warn", "block", "abort"]
-DecisionSource = Literal["local", "verdict", "pending_block", "aborted", "timeout", "error", "offline", "closed"]
+DecisionSource = Literal[
+    "local", "verdict", "pending_block", "aborted", "batch", "timeout", "error", "offline", "closed"
+]
+Recovery = Literal["trigger", "sibling"]
 _RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 MAX_DECIDED = 256  # a run's recent local decisions, by call id (to recognise the worker repeating one)
 
@@ -28,9 +31,16 @@ class Decision(msgspec.Struct, kw_only=True):
 
     ``source`` says where it came from: the runner's own ``local`` decision;
     the worker's ``verdict``; the run's remembered ``pending_block`` or
-    ``aborted`` state; or fail-open ``timeout`` / ``error`` / ``offline``
-    (the broker is away: answered at once) / ``closed`` (client not started),
-    all with action ``allow``.
+    ``aborted`` state; ``batch``: a sibling refused with its assistant batch
+    (bounded recovery, never published as a call); or fail-open ``timeout`` /
+    ``error`` / ``offline`` (the broker is away: answered at once) / ``closed``
+    (client not started), all with action ``allow``.
+
+    Under the ``openclaw-latest`` profile (``release``) the model-facing text is
+    the OpenClaw release's: ``recovery`` says whether the call triggered bounded
+    recovery or was refused as its sibling, ``terminal`` that it was the run's
+    second critical (the run stops: action ``abort``), and a warning's
+    :attr:`note` is the release's system note.
     """
 
     action: DecisionAction
@@ -39,16 +49,31 @@ class Decision(msgspec.Struct, kw_only=True):
     verdict: Verdict | None = None
     seconds: float = 0.0
     superseded: Verdict | None = None  # this call's own block, when the run's abort answered it instead
+    release: bool = False  # the openclaw-latest profile: the release's texts
+    recovery: Recovery | None = None
+    terminal: bool = False
 
     @property
     def message(self) -> str | None:
         """The text for the model, from the verdict's fields (never the record's own ``message``); the
         tool is named as this runner called it when the verdict answers this very call."""
         verdict = self.verdict
-        if verdict is None or self.action == "allow":
+        if self.action == "allow":
             return None  # nothing to tell the model: the call goes on
-        own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
-        return verdict_text(verdict, self.call.tool_name if own else None)
+        reason = None
+        if verdict is not None:
+            own = verdict.tool_call_id is not None and verdict.tool_call_id == self.call.tool_call_id
+            reason = verdict_text(verdict, self.call.tool_name if own else None, self.release)
+        if self.recovery is not None:
+            return recovery_text(reason, self.recovery == "trigger", self.terminal)
+        return reason
+
+    @property
+    def note(self) -> str | None:
+        """What a warned call's result gets appended (the release's system note under the profile)."""
+        if self.action != "warn" or self.verdict is None:
+            return None
+        return release_warning_note(self.verdict.count) if self.release else self.message
 
     @property
     def proceed(self) -> bool:
@@ -106,12 +131,15 @@ class RunState:
       refused with its message, then it is cleared;
     - ``aborted``: the ``abort`` verdict (``compaction_loop_persisted``): the
       runner ends the run; every later check answers ``abort``;
-    - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded).
+    - ``warnings``: ``warn`` verdicts not yet shown to the model (bounded);
+    - ``recovered``: under the profile, the run already had its one critical
+      (bounded recovery); a new run starts without.
     """
 
-    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked", "_decided")
+    __slots__ = ("pending_block", "aborted", "warnings", "abort_acked", "recovered", "_decided")
 
     def __init__(self) -> None:
+        self.recovered = False  # bounded recovery: the run's first critical was answered (the next one stops it)
         self.pending_block: Verdict | None = None
         self.aborted: Verdict | None = None
         self.warnings: deque[Verdict] = deque(maxlen=64)

@@ -7,8 +7,9 @@ runner never shows it, nor hands it on: a worker's verdict reaches gates, callba
 ``run.verdicts()`` and ``run.aborted`` with this text as its ``message``. It fills the detector's fixed template
 (:mod:`loopwarden.detection.messages`, OpenClaw's own wording, so an honest
 verdict reads as the worker's message; under the ``openclaw-latest`` profile
-the generic and global-breaker blocks keep the default profile's wording and
-an ``argument_churn`` warning omits the variant count, which the verdict
+a runner deciding locally words the generic and global-breaker blocks as the
+release does, adds its bounded-recovery texts and its warning note, and an
+``argument_churn`` warning omits the variant count, which the verdict
 does not carry) with the verdict's fields,
 validated: a tool name keeps only the characters tool names are made of and
 at most :data:`MAX_NAME` of them, a count is a bounded int. A forged verdict
@@ -36,6 +37,46 @@ ARGUMENT_CHURN = (
 )
 
 
+# The OpenClaw release's own words for its runner-side behaviour (openclaw@2026.9.6, RULES.md L9), filled
+# only with fields: the verdict text above and a bounded count.
+RELEASE_WARNING_NOTE = (
+    "[System note: Tool-loop warning after {count} repeated calls. "
+    "Change your approach or stop if you are not making progress.]"
+)
+RECOVERY_TRIGGER = (
+    "{reason}\n\nDo not repeat this exact tool action. Reassess the task. You may answer the user, "
+    "ask for clarification, or continue with a different tool or different arguments."
+)
+RECOVERY_SIBLING = (
+    "This tool was not executed because another call in the batch triggered critical tool-loop recovery. "
+    "Reassess the task before choosing the next action."
+)
+RECOVERY_TERMINAL_TRIGGER = (
+    "{reason}\n\nCritical tool-loop recovery failed because another critical loop was detected. "
+    "This run is stopping now."
+)
+RECOVERY_TERMINAL_SIBLING = (
+    "This tool was not executed because another call in the batch repeated a critical tool loop. "
+    "This run is stopping now."
+)
+RECOVERY_STOPPED = (
+    "OpenClaw stopped this run because tool-loop recovery encountered another critical loop. "
+    "No blocked tool action was executed."
+)
+
+
+def release_warning_note(count: object) -> str:
+    """The note the release appends to a warned call's result."""
+    return RELEASE_WARNING_NOTE.format(count=safe_count(count))
+
+
+def recovery_text(reason: str | None, trigger: bool, terminal: bool) -> str:
+    """A refused batch call's result under bounded recovery: the trigger's reason and advice, or the sibling's."""
+    if trigger:
+        return (RECOVERY_TERMINAL_TRIGGER if terminal else RECOVERY_TRIGGER).format(reason=reason or BLOCKED)
+    return RECOVERY_TERMINAL_SIBLING if terminal else RECOVERY_SIBLING
+
+
 def safe_name(name: str | None) -> str:
     """A tool name as it may appear in the text: ``[A-Za-z0-9_.-]``, others as ``_``, bounded."""
     if not name:
@@ -58,17 +99,23 @@ def _unknown_name(verdict: Verdict, tool: str | None) -> str | None:
     return key[len(prefix) :] if key.startswith(prefix) and len(key) > len(prefix) else tool
 
 
-def verdict_text(verdict: Verdict, own_tool: str | None = None) -> str:
+def verdict_text(verdict: Verdict, own_tool: str | None = None, release: bool = False) -> str:
     """The model-facing text of a ``warn``, ``block`` or ``abort`` verdict (never its ``message``);
     empty for an ``allow``.
 
     ``own_tool``: the tool name of the runner's own call that the verdict answers, used instead of
-    the record's (normalized as the worker does, so an honest verdict reads the same)."""
+    the record's (normalized as the worker does, so an honest verdict reads the same). ``release``:
+    the run is under the openclaw-latest profile, whose generic and global-breaker blocks the
+    release words its own way."""
     if verdict.action == "allow":
         return ""  # an allow tells the model nothing (and must never read "blocked")
     detector, critical = verdict.detector, verdict.level == "critical"
     name = normalize_tool_name(own_tool) if own_tool is not None else verdict.tool_name
     tool, n = safe_name(name), safe_count(verdict.count)
+    if release and critical and detector == "generic_repeat":
+        return messages.generic_critical_latest(tool, n)
+    if release and detector == "global_circuit_breaker":
+        return messages.global_breaker_latest(tool, n)
     if detector == "generic_repeat":
         return messages.generic_critical(tool, n) if critical else messages.generic_warning(tool, n)
     if detector == "known_poll_no_progress":

@@ -175,7 +175,6 @@ class Service:
         if req.params is not UNSET:
             call = msgspec.structs.replace(call, params=req.params)
         decision = await self.client.check(call)
-        self._remember(ref.key, slot, decision)
         verdict, source, action = decision.verdict, decision.source, decision.action
         message = decision.message
         if action == "allow" and not decision.failed_open:
@@ -184,6 +183,9 @@ class Service:
                 verdict, source, action = warnings.popleft(), "worker_warning", "warn"
                 message = verdict_text(verdict)
                 self.stats.worker_warnings += 1
+                # the call's result hands it back too (hosts that show context only after the call)
+                decision = msgspec.structs.replace(decision, action="warn", verdict=verdict)
+        self._remember(ref.key, slot, decision)
         return api.CheckResponse(
             action=action,
             proceed=action in ("allow", "warn"),

@@ -14,6 +14,7 @@ from typing import Any
 
 import faust
 
+from loopwarden.internals.aiokafka_records import install as install_parse_guard
 from loopwarden.internals.faust_consumer import batch_durable
 from loopwarden.internals.faust_table import fetcher_service
 from loopwarden.internals.faust_worker import Worker as FaustWorker
@@ -136,6 +137,7 @@ def faust_credentials(s: Any):
 
 def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:
     s = settings
+    install_parse_guard()  # a record aiokafka cannot parse is a mark, not an exception (every reader here)
     metrics = Metrics(s.tool_label_set)
     app = LoopwardenApp(
         s.app_id,
@@ -196,6 +198,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         on_ignored=metrics.config_ignored.inc,
         verifier=config_verifier(s),
         on_rejected=metrics.signature_rejected.labels("config").inc,
+        on_refused=lambda reason: metrics.config_refused.labels(reason).inc(),
     )
 
     async def send(topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Any:

@@ -22,11 +22,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from loopwarden.detection.decision import decide_event
+from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.incident_block import IncidentBoard
 from loopwarden.detection.published import verdict_for, violation_for
+from loopwarden.kafka.records import unreadable
 from loopwarden.schemas.config import FleetConfig
-from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, EventDecodeError, ToolCall, VerdictAck, run_key
+from loopwarden.schemas.events import EVENT_TYPES, MISROUTED, Event, EventDecodeError, ToolCall, VerdictAck, run_key
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
 from loopwarden.worker import audit
 from loopwarden.worker.runcodec import RunValue, adopt_legacy, state_key
@@ -138,112 +139,151 @@ def record_source(msg: Record) -> str:
     return f"{msg.topic}:{msg.partition}:{msg.offset}"
 
 
-def apply_batch(
-    records: Iterable[Record],
-    read: ReadFn,
-    fleet: FleetConfig,
-    limits: Limits,
-    tool_label: Callable[[str | None], str] = lambda name: "other",
-    now: float | None = None,
-    sampler: StepSampler | None = None,
-    board: IncidentBoard | None = None,
-    after_step: AfterStepFn | None = None,
-) -> BatchResult:
-    """Apply ``records`` in order; nothing is published or stored here (see the module docstring).
+# The run of an event, worked out once per run per batch (one fleet config per batch): its Kafka key,
+# table key, resolved config and extensions, under (agent, session, run, origin).
+RunKeys = tuple[bytes, bytes, Any, Any]
+Slot = tuple[int, bytes]  # (partition, table key)
+APPLIED = object()  # read_run's answer for an event applied before (not None: a new run's state is None)
 
-    Each event is decided by :func:`~loopwarden.detection.decision.decide_event`; this function
-    only names, encodes and counts what it decided. ``board``: the open incidents (fleet response).
+
+class _Batch:
+    """One batch's working state and its steps, in the order :func:`apply_batch` calls them.
+
+    A step that drops a record returns None, after counting it (and dead-lettering it through
+    :meth:`dead_letter`, the one place a dead letter is built).
     """
-    now = time.time() if now is None else now
-    sampler = sampler or StepSampler()
-    perf = time.perf_counter
-    counts = Counts()
-    outgoing: list[Outgoing] = []
-    values: dict[tuple[int, bytes], RunValue | None] = {}  # this batch's view of each touched run
-    writes: dict[tuple[int, bytes], RunValue | None] = {}
-    positions: dict[int, int] = {}
-    # (agent, session, run, origin) -> (Kafka key, table key, config, extensions): all four derive from
-    # those (one fleet config per batch), so they are worked out once per run per batch, not per event.
-    keys: dict[tuple[str, str | None, str | None, str | None], tuple[bytes, bytes, Any, Any]] = {}
-    control, shadow_topic = limits.control_topic, limits.shadow_topic
-    max_bytes, max_depth, ack_timeout = limits.max_event_bytes, limits.max_depth, limits.ack_timeout
-    types = counts.types
-    tick, every = sampler.n, sampler.every
-    n = 0
 
-    for n, msg in enumerate(records, 1):  # noqa: B007 (n is read after the loop)
-        topic, partition, offset, key, raw = msg.topic, msg.partition, msg.offset, msg.key, msg.value
-        positions[partition] = offset
+    __slots__ = (
+        "read",
+        "fleet",
+        "limits",
+        "tool_label",
+        "now",
+        "board",
+        "after_step",
+        "sampler",
+        "max_bytes",
+        "max_depth",
+        "ack_timeout",
+        "counts",
+        "outgoing",
+        "values",
+        "writes",
+        "positions",
+        "keys",
+    )
+
+    def __init__(
+        self,
+        read: ReadFn,
+        fleet: FleetConfig,
+        limits: Limits,
+        tool_label: Callable[[str | None], str],
+        now: float,
+        sampler: StepSampler,
+        board: IncidentBoard | None,
+        after_step: AfterStepFn | None,
+    ) -> None:
+        self.read, self.fleet, self.limits, self.tool_label = read, fleet, limits, tool_label
+        self.now, self.sampler, self.board, self.after_step = now, sampler, board, after_step
+        self.max_bytes, self.max_depth, self.ack_timeout = limits.max_event_bytes, limits.max_depth, limits.ack_timeout
+        self.counts = Counts()
+        self.outgoing: list[Outgoing] = []
+        self.values: dict[Slot, RunValue | None] = {}  # this batch's view of each touched run
+        self.writes: dict[Slot, RunValue | None] = {}
+        self.positions: dict[int, int] = {}
+        self.keys: dict[tuple[str, str | None, str | None, str | None], RunKeys] = {}
+
+    def dead_letter(self, msg: Record, error: EventDecodeError) -> None:
+        """Count ``msg`` by the reason it was refused and publish it, keyed by its own key, to the dead letters."""
+        self.counts.dead[error.reason] += 1
+        topic, partition, offset = msg.topic, msg.partition, msg.offset
+        value = dead_letter_value(error, topic, partition, offset, msg.value)
+        self.outgoing.append(Outgoing(self.limits.dead_letter_topic, msg.key, value, f"{topic}:{partition}:{offset}"))
+
+    def screen(self, msg: Record) -> Event | None:
+        """1. The record's event, bounded in size and depth and decoded; a dead letter if it is none
+        (reason ``unreadable`` for the mark of a record aiokafka could not parse)."""
         try:
-            event = screen(raw, max_bytes, max_depth)
+            event = screen(msg.value, self.max_bytes, self.max_depth)
         except EventDecodeError as exc:
-            counts.dead[exc.reason] += 1
-            outgoing.append(
-                Outgoing(
-                    limits.dead_letter_topic,
-                    key,
-                    dead_letter_value(exc, topic, partition, offset, raw),
-                    f"{topic}:{partition}:{offset}",
-                )
-            )
-            continue
-        cls = type(event)
-        types[_TAGS[cls]] += 1
+            if exc.reason == "empty" and (why := unreadable(msg.key, msg.value, getattr(msg, "headers", None))):
+                exc = EventDecodeError("unreadable", why)  # the mark of a record aiokafka could not parse
+            self.dead_letter(msg, exc)
+            return None
+        self.counts.types[_TAGS[type(event)]] += 1
+        return event
+
+    def key(self, msg: Record, event: Event) -> RunKeys | None:
+        """2. The event's run keys; a record keyed other than by its run key is counted (and dead-lettered)."""
         ids = (event.agent_id, event.session_id, event.run_id, event.origin)
-        known = keys.get(ids)
+        known = self.keys.get(ids)
         if known is None:
-            known = keys[ids] = (
+            fleet = self.fleet
+            known = self.keys[ids] = (
                 run_key(event).encode(),
                 state_key(event),
                 fleet.resolve(event.agent_id),
                 fleet.extensions_of(event),  # an observed origin (spans): every detection shadowed
             )
-        rkey = known[0]
-        if key is not None and key != rkey:
-            counts.misrouted += 1
-            if limits.misrouted_dead_letter:  # its run's other events may be on another partition
-                err = EventDecodeError(MISROUTED, f"record key {key[:200]!r} is not the run key {rkey[:200]!r}")
-                counts.dead[MISROUTED] += 1
-                source = f"{topic}:{partition}:{offset}"
-                outgoing.append(
-                    Outgoing(
-                        limits.dead_letter_topic, key, dead_letter_value(err, topic, partition, offset, raw), source
-                    )
+        key = msg.key
+        if key is not None and key != known[0]:
+            self.counts.misrouted += 1
+            if self.limits.misrouted_dead_letter:  # its run's other events may be on another partition
+                rkey = known[0]
+                self.dead_letter(
+                    msg, EventDecodeError(MISROUTED, f"record key {key[:200]!r} is not the run key {rkey[:200]!r}")
                 )
-                continue
-        slot = (partition, known[1])
+                return None
+        return known
+
+    def read_run(self, msg: Record, event: Event, slot: Slot) -> Any:
+        """3. The run's state before this event (its value read once per batch; None for a new run), or
+        :data:`APPLIED` for an event at or below the value's offset (a replay after a crash or
+        rebalance: its verdicts were delivered then)."""
+        values = self.values
         if slot in values:
             value = values[slot]
         else:
-            value = values[slot] = read(*slot)
+            value = values[slot] = self.read(*slot)
             if value is None:  # a run stored by a worker from before the agent id was in the key
-                value = values[slot] = adopt_legacy(read, partition, event, slot, writes)
-        if value is not None and offset <= value.offset:
-            counts.duplicates += 1  # applied before a crash or rebalance: its verdicts were delivered then
-            continue
-        tick += 1
-        timed = not tick % every
-        t0 = perf() if timed else 0.0
-        state_in = value.state if value is not None else None
+                value = values[slot] = adopt_legacy(self.read, msg.partition, event, slot, self.writes)
+        if value is None:
+            return None
+        if msg.offset <= value.offset:
+            self.counts.duplicates += 1
+            return APPLIED
+        return value.state
+
+    def decide(self, msg: Record, event: Event, known: RunKeys, slot: Slot, state_in: Any) -> EventDecision | None:
+        """4. The event decided, its run's new value kept for the batch (``step()`` timed for a sample);
+        an engine error is dead-lettered, an event the run has seen counted: both None."""
+        sampler = self.sampler
+        sampler.n += 1
+        timed = not sampler.n % sampler.every
+        t0 = time.perf_counter() if timed else 0.0
         try:
             # positional: this runs once per event (state, event, config, ext, now, origin, name_origin,
             # ack_timeout, board)
-            d = decide_event(state_in, event, known[2], known[3], now, msg, record_source, ack_timeout, board)
-        except Exception as exc:  # an engine bug must not stop the fleet's stream
-            source = f"{topic}:{partition}:{offset}"
-            log.exception("step() failed at %s", source)
-            err = EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}")
-            counts.dead[err.reason] += 1
-            outgoing.append(
-                Outgoing(limits.dead_letter_topic, key, dead_letter_value(err, topic, partition, offset, raw), source)
+            d = decide_event(
+                state_in, event, known[2], known[3], self.now, msg, record_source, self.ack_timeout, self.board
             )
-            continue
+        except Exception as exc:  # an engine bug must not stop the fleet's stream
+            log.exception("step() failed at %s", record_source(msg))
+            self.dead_letter(msg, EventDecodeError("engine_error", f"{type(exc).__name__}: {exc}"))
+            return None
         if timed:
-            counts.step_seconds.append(perf() - t0)
-        values[slot] = writes[slot] = RunValue(offset, now, d.state)
+            self.counts.step_seconds.append(time.perf_counter() - t0)
+        self.values[slot] = self.writes[slot] = RunValue(msg.offset, self.now, d.state)
         if d.duplicate:
-            counts.duplicates += 1
-            continue
+            self.counts.duplicates += 1
+            return None
+        return d
+
+    def publish(self, msg: Record, event: Event, rkey: bytes, state_in: Any, d: EventDecision) -> None:
+        """5. What the decision publishes (verdicts named by their record, violations, escalations, the
+        ``allow`` of a gated call, records of ``after_step``), counted for the metrics."""
+        counts, outgoing, tool_label = self.counts, self.outgoing, self.tool_label
         if d.guard_armed:
             counts.guard_arms += 1
         charge = d.charge
@@ -252,14 +292,16 @@ def apply_batch(
             counts.loop_tokens[labels] += charge.tokens
             if charge.cost is not None:
                 counts.loop_cost[labels] += charge.cost
-        if after_step is not None:
-            for topic_, key_, value_ in after_step(state_in, event, d):
-                outgoing.append(Outgoing(topic_, key_, value_, f"{topic}:{partition}:{offset}"))
+        if self.after_step is not None:
+            src = record_source(msg)
+            for topic, key, value in self.after_step(state_in, event, d):
+                outgoing.append(Outgoing(topic, key, value, src))
         if d.agreement is not None:  # a call the runner decided itself: counted once, agreed or not
-            counts.runner_decisions[audit.label(fleet, event.agent_id, d.agreement)] += 1
+            counts.runner_decisions[audit.label(self.fleet, event.agent_id, d.agreement)] += 1
         source = d.source  # set when the event decided a verdict or an allow
+        cls = type(event)
         if source is None and d.violation is None and not d.detections and not d.unacked and cls is not VerdictAck:
-            continue  # the common case: nothing to publish or count for this event
+            return  # the common case: nothing to publish or count for this event
         for det in d.detections:
             mode = "shadow" if det.shadow else "enforce"
             counts.detections[(det.detector, det.level, tool_label(det.tool_name), mode)] += 1
@@ -269,6 +311,8 @@ def apply_batch(
                 counts.ack_seconds.append(d.ack_seconds)
         for action in d.unacked:
             counts.unacked[action] += 1
+        limits, now = self.limits, self.now
+        control = limits.control_topic
         for v in d.verdicts:  # shadowed: the run goes on as without loopwarden, nothing on the control topic
             if not v.published:  # the runner decided it itself: no duplicate on the control topic
                 continue
@@ -278,12 +322,11 @@ def apply_batch(
             if v.enforced and det.detector == "compaction_loop_persisted":
                 counts.guard_aborts += 1
             verdict = verdict_for(det, event, f"{source}:{v.n}", now, limits.hash_key)
-            outgoing.append(
-                Outgoing(control if v.enforced else shadow_topic, rkey, encode_verdict(verdict), source, event.ts)
-            )
+            topic = control if v.enforced else limits.shadow_topic
+            outgoing.append(Outgoing(topic, rkey, encode_verdict(verdict), source, event.ts))
         found = d.violation
         if found is not None:
-            src = f"{topic}:{partition}:{offset}"
+            src = record_source(msg)
             counts.violations[found.kind] += 1
             outgoing.append(
                 Outgoing(control, rkey, encode_verdict(violation_for(found, event, f"{src}:violation", now)), src)
@@ -298,5 +341,57 @@ def apply_batch(
             outgoing.append(
                 Outgoing(control, rkey, encode_verdict(allow_for(event, f"{source}:{d.allow}", now)), source, event.ts)
             )
-    sampler.n = tick
-    return BatchResult(outgoing=outgoing, writes=writes, positions=positions, counts=counts, records=n)
+
+
+def apply_batch(
+    records: Iterable[Record],
+    read: ReadFn,
+    fleet: FleetConfig,
+    limits: Limits,
+    tool_label: Callable[[str | None], str] = lambda name: "other",
+    now: float | None = None,
+    sampler: StepSampler | None = None,
+    board: IncidentBoard | None = None,
+    after_step: AfterStepFn | None = None,
+) -> BatchResult:
+    """Apply ``records`` in order; nothing is published or stored here (see the module docstring).
+
+    For each record, in order:
+
+    1. **screen**: bound its size and depth and decode its event (else: dead letter);
+    2. **key**: its run's keys, config and extensions (else, keyed otherwise: dead letter);
+    3. **read the run**: its value before the event, once per batch (an event at or below the
+       value's offset was applied before: skipped);
+    4. **decide**: :func:`~loopwarden.detection.decision.decide_event` (an engine error: dead letter);
+    5. **publish**: name, encode and count what it decided.
+
+    ``board``: the open incidents (fleet response).
+    """
+    batch = _Batch(
+        read,
+        fleet,
+        limits,
+        tool_label,
+        time.time() if now is None else now,
+        sampler or StepSampler(),
+        board,
+        after_step,
+    )
+    screen_, key, read_run, decide, publish = batch.screen, batch.key, batch.read_run, batch.decide, batch.publish
+    positions = batch.positions
+    n = 0
+    for n, msg in enumerate(records, 1):  # noqa: B007 (n is read after the loop)
+        positions[msg.partition] = msg.offset
+        if (event := screen_(msg)) is None:
+            continue
+        if (known := key(msg, event)) is None:
+            continue
+        slot = (msg.partition, known[1])
+        if (state_in := read_run(msg, event, slot)) is APPLIED:
+            continue
+        if (d := decide(msg, event, known, slot, state_in)) is None:
+            continue
+        publish(msg, event, known[0], state_in, d)
+    return BatchResult(
+        outgoing=batch.outgoing, writes=batch.writes, positions=positions, counts=batch.counts, records=n
+    )

@@ -67,6 +67,18 @@ _verdict_encoder = msgspec.json.Encoder()
 SendFn = Callable[..., Awaitable[Any]]  # (topic, key, value, partition=None) -> delivery future
 
 
+def read_signal(metrics: Metrics, partition: int, raw: bytes | None) -> Any:
+    """The signal a repartition record holds, or None (counted, logged): a record that is not one
+    (garbage, JSON nested past msgspec's bound, the mark of a record aiokafka could not parse) is
+    skipped, never raised out of the agent, which would stop the worker."""
+    try:
+        return decode_signal(raw)  # type: ignore[arg-type]
+    except (msgspec.DecodeError, TypeError, RecursionError) as exc:
+        metrics.fleet_skipped.inc()
+        log.warning("fleet record on partition %s skipped: %s", partition, f"{type(exc).__name__}: {exc}"[:300])
+        return None
+
+
 def fleet_topics(settings: Settings) -> tuple[str, str]:
     """The two repartition topics (:attr:`Settings.fleet_topics`)."""
     return settings.fleet_topics
@@ -167,7 +179,7 @@ class FleetRuntime:
             self.metrics.incidents.labels(r.state).inc()
 
     async def on_signature(self, partition: int, key: bytes, raw: bytes) -> None:
-        signal = decode_signal(raw)
+        signal = read_signal(self.metrics, partition, raw)
         if not isinstance(signal, JoinSignal):
             return
         if signal.ts > self.watermark:
@@ -180,7 +192,7 @@ class FleetRuntime:
         await self.signatures.write([(partition, key, incidents.encode_state(st))])
 
     async def on_session(self, partition: int, key: bytes, raw: bytes) -> None:
-        run = decode_signal(raw)
+        run = read_signal(self.metrics, partition, raw)
         if not isinstance(run, FinishedRun):
             return
         stored = self.sessions.get(partition, key)
@@ -281,7 +293,8 @@ class FleetRuntime:
                             continue
                         try:
                             self.board.apply(decode_incident(record.value))
-                        except Exception:  # not ours: ignore, never stop the feed
+                        except Exception:  # not ours (or unreadable, or too deep): ignore, never stop the feed
+                            self.metrics.fleet_skipped.inc()
                             log.warning("incident record at %s:%s ignored", record.partition, record.offset)
                 self.board_loaded.set()
         finally:

@@ -136,6 +136,23 @@ class Metrics:
             "Config-topic records ignored: a new agent beyond the cap of agents with overrides",
             registry=r,
         )
+        self.config_refused = Counter(
+            "loopwarden_config_refused",
+            "Config-topic records skipped: unreadable, key_too_long or bad_record (the feed goes on)",
+            ["reason"],
+            registry=r,
+        )
+        self.unreadable = Counter(
+            "loopwarden_unreadable_records",
+            "Records aiokafka could not parse (skipped; on the events topic also dead-lettered), by topic",
+            ["topic"],
+            registry=r,
+        )
+        self.fleet_skipped = Counter(
+            "loopwarden_fleet_records_skipped",
+            "Fleet repartition and incident records that are not what their topic holds (skipped)",
+            registry=r,
+        )
         self.ready = Gauge("loopwarden_ready", "1 when partitions are assigned and recovery is done", registry=r)
         # Fleet extensions (loopwarden.fleet); labels: state, signal kind, capped tool name.
         self.fleet_signals = Counter(

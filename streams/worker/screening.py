@@ -11,35 +11,21 @@ run of ``\\"``). On valid JSON the depth is exact. ``loopwarden bench
 screening`` measures the cost per KB of hostile shapes.
 
 A dead letter's value is :class:`loopwarden.schemas.verdicts.DeadLetter` encoded as
-JSON: ``{"reason", "detail", "topic", "partition", "offset", "raw"}`` with
-``raw`` the original bytes in base64 (msgspec's JSON form of ``bytes``);
-its key is the original message key.
+JSON: ``{"reason", "detail", "topic", "partition", "offset", "raw", "size", "sha256"}``
+with ``raw`` the record's first bytes in base64 (msgspec's JSON form of ``bytes``), ``size``
+and ``sha256`` those of the whole record; its key is the original message key.
 """
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Any
 
 import msgspec
 
+from loopwarden.schemas.bounds import nesting_depth
 from loopwarden.schemas.events import Event, EventDecodeError, decode_event
 from loopwarden.schemas.jsvalues import json_bytes
-from loopwarden.schemas.verdicts import DeadLetter
-
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP = [{ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}.get(b, 0) for b in range(256)]
-
-
-def nesting_depth(raw: bytes) -> int:
-    """Exact max nesting depth of JSON arrays/objects in ``raw`` (strings ignored); linear in its size.
-
-    Escape pairs go first (left to right, as JSON pairs them), so every remaining quote opens or
-    closes a string and the text outside strings is every other piece between quotes.
-    """
-    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(text.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
-    return max(accumulate(map(_STEP.__getitem__, brackets), initial=0))
+from loopwarden.schemas.verdicts import DeadLetter, dead_letter
 
 
 def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
@@ -60,16 +46,7 @@ def screen(raw: bytes | None, max_bytes: int, max_depth: int) -> Event:
 
 
 def dead_letter_value(error: EventDecodeError, topic: str, partition: int, offset: int, raw: bytes | None) -> bytes:
-    return json_bytes(
-        DeadLetter(
-            reason=error.reason,
-            detail=error.detail[:1000],
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            raw=raw or b"",
-        )
-    )
+    return json_bytes(dead_letter(error.reason, error.detail, topic, partition, offset, raw))
 
 
 _dead_letter_decoder = msgspec.json.Decoder(DeadLetter)
@@ -83,6 +60,6 @@ def without_raw(out: Any) -> Any:
         return None
     if not letter.raw:
         return None
-    note = f" [raw bytes omitted: {len(letter.raw)} bytes do not fit the dead-letter topic]"
+    note = f" [raw bytes omitted: {letter.size or len(letter.raw)} bytes do not fit the dead-letter topic]"
     smaller = msgspec.structs.replace(letter, raw=b"", detail=(letter.detail + note)[:2000])
     return msgspec.structs.replace(out, value=json_bytes(smaller))

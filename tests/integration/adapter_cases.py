@@ -73,3 +73,65 @@ def assert_repeat_outcome(texts: list[str], tool_runs: int) -> None:
 
 def acks(stats) -> int:
     return stats.acks_sent
+
+
+# ---- the openclaw-latest profile: the OpenClaw release's bounded recovery with parallel tool calls ----
+# Each model message calls lookup(q="job 42") twice and a fresh lookup; the same calls in a live OpenClaw
+# turn (tests/integration/test_openclaw_release_live.py) warn on turn 6, refuse turn 11's whole batch and
+# stop the run on turn 12.
+PROFILE_CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
+PARALLEL_TURNS = 14  # the script's length: more than the run gets
+RECOVERY_TURN, STOP_TURN, WARN_TURN = 11, 12, 6
+RELEASE_NOTE = (
+    "[System note: Tool-loop warning after 10 repeated calls. "
+    "Change your approach or stop if you are not making progress.]"
+)
+TRIGGER_TEXT = (
+    "CRITICAL: Called lookup with identical outcomes 20 times. Session execution blocked to prevent runaway loops."
+    "\n\nDo not repeat this exact tool action. Reassess the task. You may answer the user, ask for clarification, "
+    "or continue with a different tool or different arguments."
+)
+SIBLING_TEXT = (
+    "This tool was not executed because another call in the batch triggered critical tool-loop recovery. "
+    "Reassess the task before choosing the next action."
+)
+TERMINAL_TEXT = (
+    "Critical tool-loop recovery failed because another critical loop was detected. This run is stopping now."
+)
+TERMINAL_SIBLING_TEXT = (
+    "This tool was not executed because another call in the batch repeated a critical tool loop. "
+    "This run is stopping now."
+)
+
+
+def parallel_calls(turn: int) -> list[tuple[str, dict, str]]:
+    """Turn ``turn``'s (1-based) three calls: (tool, args, call id)."""
+    return [
+        ("lookup", {"q": "job 42"}, f"t{turn}a"),
+        ("lookup", {"q": "job 42"}, f"t{turn}b"),
+        ("lookup", {"q": f"note {turn}"}, f"t{turn}c"),
+    ]
+
+
+def profile_client() -> LoopClient:
+    """A runner deciding locally under the profile. Local decisions need no broker, so it is not started:
+    its events are counted as unsent, and no worker's audit can correct a decision mid-test."""
+    return LoopClient(config=PROFILE_CONFIG, decisions="local")
+
+
+def assert_recovery_outcome(texts: dict[str, str], tool_runs: int) -> None:
+    """``texts``: call id -> what the model got for it (calls of turns the run reached)."""
+    assert tool_runs == 3 * (RECOVERY_TURN - 1)
+    for turn in range(1, RECOVERY_TURN):
+        for _, _, cid in parallel_calls(turn):
+            noted = turn == WARN_TURN and cid.endswith("a")
+            assert (RELEASE_NOTE in texts[cid]) == noted, (cid, texts[cid])
+    a, b, c = (cid for _, _, cid in parallel_calls(RECOVERY_TURN))
+    assert texts[a] == TRIGGER_TEXT
+    assert texts[b] == texts[c] == SIBLING_TEXT
+    stop = [cid for _, _, cid in parallel_calls(STOP_TURN)]
+    if stop[0] in texts:  # frameworks that show the stopping batch's results before they end the run
+        assert texts[stop[0]].startswith("CRITICAL: Called lookup with identical outcomes 20 times.")
+        assert texts[stop[0]].endswith(TERMINAL_TEXT)
+        assert texts[stop[1]] == texts[stop[2]] == TERMINAL_SIBLING_TEXT
+    assert not any(cid in texts for _, _, cid in parallel_calls(STOP_TURN + 1))

@@ -22,10 +22,15 @@ from loopwarden.runner.wire import RunRef  # noqa: E402
 from .adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
+    PARALLEL_TURNS,
     REPEATS,
+    STOP_TURN,
+    assert_recovery_outcome,
     assert_repeat_outcome,
     client_for,  # noqa: E402
     closed_port_client,
+    parallel_calls,
+    profile_client,
     rid,
     worker_fixture,
 )
@@ -208,3 +213,32 @@ async def test_a_hand_built_graph_sees_the_abort_in_its_model_node(tansu, worker
         out = await graph.compile().ainvoke({"messages": [("user", "read the log")]}, config=config)
         assert len(runs) == GUARD_WINDOW and seen[-1] is True and seen.count(True) == 1
         assert out["messages"][-1].content == "stopped"
+
+
+async def test_profile_parallel_calls_bounded_recovery():
+    """openclaw-latest: one model message with three parallel calls per turn; the run's first critical
+    refuses the whole batch before any call runs, the second ends the agent (before_model jumps to end)."""
+    runs = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        runs.append(q)
+        return "status: pending"
+
+    turns = [
+        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in parallel_calls(t)])
+        for t in range(1, PARALLEL_TURNS + 1)
+    ]
+    mw = LoopwardenMiddleware(profile_client(), agent_id="lc-agent")
+    thread = rid("lc-thread")
+    for _prompt in range(2):  # a new prompt is a new run: the allowance (and the history) start again
+        runs.clear()
+        model = ScriptedChat(messages=iter([*turns, AIMessage(content="giving up")]))
+        agent = create_agent(model, [lookup], middleware=[mw])
+        config, _run = config_for(thread)
+        out = await agent.ainvoke({"messages": [("user", "poll the job")]}, config=config)
+        assert_recovery_outcome(tool_texts(out["messages"]), len(runs))
+        assert f"t{STOP_TURN}a" in tool_texts(out["messages"])  # the stopping batch is answered, then the end
+        assert not any(isinstance(m, AIMessage) and m.content == "giving up" for m in out["messages"])
+        assert mw.aborted(config)

@@ -9,7 +9,13 @@ import pytest
 
 pytest.importorskip("agents.testing")
 
-from agents import Agent, RunConfig, Runner, ToolInputGuardrailTripwireTriggered, function_tool  # noqa: E402
+from agents import (  # noqa: E402
+    Agent,
+    RunConfig,
+    Runner,
+    ToolInputGuardrailTripwireTriggered,
+    function_tool,
+)
 from agents.items import ToolCallOutputItem  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -19,10 +25,15 @@ from loopwarden.runner.wire import RunRef  # noqa: E402
 from .adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
+    PARALLEL_TURNS,
     REPEATS,
+    STOP_TURN,
+    assert_recovery_outcome,
     assert_repeat_outcome,
     client_for,  # noqa: E402
     closed_port_client,
+    parallel_calls,
+    profile_client,
     rid,
     worker_fixture,
 )
@@ -185,3 +196,25 @@ async def test_runs_of_one_conversation_never_pool_with_tracing_off(tansu, worke
             result = await Runner.run(agent, "poll", run_config=lw.run_config(config), max_turns=20)
             assert all("WARNING" not in text for text in outputs(result).values())
         assert len(runs) == 30 and client.stats.warned == 0 and client.stats.checks == 30
+
+
+async def test_profile_parallel_calls_bounded_recovery():
+    """openclaw-latest: each model response makes three parallel calls; the run's first critical refuses
+    the whole batch before any call runs, the second raises the tripwire (the SDK's way to end a run)."""
+    steps = [[function_call(n, a, call_id=i) for n, a, i in parallel_calls(t)] for t in range(1, PARALLEL_TURNS + 1)]
+    model = ScriptedModel([*steps, [assistant_message("giving up")]])
+    agent, runs = agent_with_counting_tool(model)
+    lw = guard_agent(agent, profile_client())
+    config, _trace = run_config(rid("oa-thread"))
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as info:
+        await lw.run(agent, "poll the job", run_config=config, max_turns=40)
+    decision = info.value.output.output_info
+    assert decision.action == "abort" and decision.terminal
+    assert decision.call.tool_call_id.startswith(f"t{STOP_TURN}")
+    assert len(model.calls) == STOP_TURN  # no model call after the stopping batch
+    seen = {
+        item["call_id"]: str(item["output"])
+        for item in model.calls[-1].input
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+    assert_recovery_outcome(seen, len(runs))

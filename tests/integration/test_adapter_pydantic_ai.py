@@ -21,10 +21,15 @@ from loopwarden.runner.wire import RunRef  # noqa: E402
 from .adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
+    PARALLEL_TURNS,
     REPEATS,
+    STOP_TURN,
+    assert_recovery_outcome,
     assert_repeat_outcome,
     client_for,  # noqa: E402
     closed_port_client,
+    parallel_calls,
+    profile_client,
     rid,
     worker_fixture,
 )
@@ -136,3 +141,22 @@ async def test_two_concurrent_runs_with_colliding_call_ids(tansu, worker):
         assert_repeat_outcome([out[f"call_{i}"] for i in range(REPEATS)], len(loop_runs))
         assert len(walk_runs) == REPEATS
         assert all("[loopwarden]" not in t and BLOCK_TEXT not in t for t in returns(b.all_messages()).values())
+
+
+async def test_profile_parallel_calls_bounded_recovery():
+    """openclaw-latest: each model response makes three parallel calls; the run's first critical refuses
+    the whole batch before any call runs, the second cancels the run (RunCancelled)."""
+    requests: list = []
+
+    def respond(messages, info):
+        requests.append(messages)
+        turn = len(requests)
+        if turn <= PARALLEL_TURNS:
+            return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=i) for n, a, i in parallel_calls(turn)])
+        return ModelResponse(parts=[TextPart("giving up")])
+
+    agent, runs = agent_for(FunctionModel(respond), LoopwardenCapability(profile_client()))
+    with pytest.raises(RunCancelled):
+        await agent.run("poll the job", conversation_id=rid("pa-thread"))
+    assert len(requests) == STOP_TURN  # no model request after the stopping batch
+    assert_recovery_outcome(returns(requests[-1]), len(runs))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
+
+from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
 
 from .support import collect, decode_verdicts, produce
 
@@ -23,7 +26,7 @@ BAD = {
     "missing_field": json.dumps({"type": "tool_call", "tool_name": "read"}).encode(),
     "unknown_type": json.dumps({**LOOP, "type": "tool_dance"}).encode(),
     "blank_agent_id": json.dumps({**LOOP, "agent_id": "  "}).encode(),
-    "too_large": json.dumps({**LOOP, "params": {"blob": "x" * 5000}}).encode(),
+    "too_large": json.dumps({**LOOP, "params": {"blob": "x" * 5000}}).encode(),  # over the 4 KB kept in its letter
     "too_deep": json.dumps({**LOOP, "params": json.loads("[" * 40 + "]" * 40)}).encode(),
     "id_too_long": json.dumps({**LOOP, "tool_call_id": "c" * 513}).encode(),
 }
@@ -53,11 +56,12 @@ def test_dead_letters_and_the_stream_goes_on(tansu, names, workers, tmp_path):
     by_reason = {}
     for record in letters:
         letter = json.loads(record.value)
-        assert set(letter) == {"reason", "detail", "topic", "partition", "offset", "raw"}
+        assert set(letter) == {"reason", "detail", "topic", "partition", "offset", "raw", "size", "sha256"}
         assert record.key == b"r1"
         assert letter["topic"] == names.events
-        raw = base64.b64decode(letter["raw"])
-        assert (letter["partition"], letter["offset"]) == positions[items.index((b"r1", raw))]
+        _, raw = items[positions.index((letter["partition"], letter["offset"]))]
+        assert base64.b64decode(letter["raw"]) == raw[:MAX_DEAD_LETTER_RAW]  # a bounded prefix...
+        assert (letter["size"], letter["sha256"]) == (len(raw), hashlib.sha256(raw).hexdigest())  # ...of this record
         by_reason[letter["reason"]] = raw
     assert by_reason == BAD
 

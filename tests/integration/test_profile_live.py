@@ -11,7 +11,8 @@ from loopwarden.schemas.config import FleetConfig
 from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
-DOC = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
+# writeChurn: upstream's write-mutation churn (not in the release) opted in, live like the profile
+DOC = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest", "writeChurn": True}}
 
 
 def _trace() -> list[dict]:

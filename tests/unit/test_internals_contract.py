@@ -185,3 +185,23 @@ def test_faust_pause_is_still_only_bookkeeping():
 
     source = inspect.getsource(Consumer.pause_partitions)
     assert "_paused_partitions" in source and "_thread" not in source
+
+
+def test_aiokafka_record_parsing_internals_the_parse_guard_uses():
+    """aiokafka_records: the fetcher's MemoryRecords name, the Python record set's next slice, the
+    Python batch parser's state; aiokafka_client: a producer batch's buffer (dev tools)."""
+    from aiokafka.consumer import fetcher
+    from aiokafka.producer.message_accumulator import BatchBuilder
+    from aiokafka.record.default_records import _DefaultRecordBatchPy
+    from aiokafka.record.memory_records import _MemoryRecordsPy
+
+    assert "MemoryRecords(" in inspect.getsource(fetcher.Fetcher._proc_fetch_request)
+    assert hasattr(fetcher, "MemoryRecords")
+    assert "_next_slice" in inspect.getsource(_MemoryRecordsPy.next_batch)
+    for name in ("_maybe_uncompress", "_read_msg"):
+        assert callable(getattr(_DefaultRecordBatchPy, name))
+    init = inspect.getsource(_DefaultRecordBatchPy.__init__)
+    for name in ("_buffer", "_pos", "_next_record_index", "_num_records"):
+        assert f"self.{name}" in init
+    assert "self._buffer" in inspect.getsource(BatchBuilder._build)
+    assert "self._relative_offset" in inspect.getsource(BatchBuilder.record_count)

@@ -45,6 +45,7 @@ from tests.unit.helpers import (
 )
 
 PROFILE = Extensions(profile="openclaw-latest")
+WRITE_CHURN = Extensions(profile="openclaw-latest", write_churn=True)  # upstream's write churn, opted in
 ON = {"enabled": True}
 E = "Tool execution failed: timeout"  # an ordinary error (no unknown-tool name)
 E_HASH = "error:" + sha(json.dumps(E))
@@ -54,9 +55,11 @@ UNCHANGED = sha('{"status":"unchanged"}')
 class LRun(Run):
     """A run driven through ``step()`` with the profile on."""
 
+    ext = PROFILE
+
     def feed(self, ev, block=MISSING):
         config = self.config if block is MISSING else cfg(block)
-        res = step(self.state, ev, config, ext=PROFILE)
+        res = step(self.state, ev, config, ext=self.ext)
         self.state = res.state
         return list(res.detections)
 
@@ -82,6 +85,12 @@ class LRun(Run):
         ]
 
 
+class WRun(LRun):
+    """The profile with upstream's write-mutation churn opted in (``writeChurn: true``)."""
+
+    ext = WRITE_CHURN
+
+
 def brief(dets) -> list[tuple]:
     return [(d.detector, d.level, d.count) for d in dets]
 
@@ -105,10 +114,15 @@ def fail(output: str, code=1, status="failed", **details) -> dict:
 # ================================================================ L1 configuration
 
 
-def test_l1_1_detection_needs_enabled_but_calls_are_recorded_without_it():
-    run = LRun({})  # enabled missing: nothing detected, everything recorded (§1.3, exactly-false rule)
+def test_l1_1_without_enabled_calls_are_not_recorded_but_outcomes_are():
+    """As the release: a call is recorded only when ``enabled`` is true; its outcome is recorded anyway
+    (appended), so the streak is the same once detection is switched on."""
+    run = LRun({})  # enabled missing: nothing detected
     for _ in range(25):
         assert run.pair("read", {"p": 1}, result="same") == []
+    run.call("read", {"p": 2})  # no outcome ever comes: leaves no record
+    assert [r["sig"] for r in run.records()].count(sig("read", '{"p":2}')) == 0
+    assert len(run.records()) == 25
     dets = run.call("read", {"p": 1}, block=ON)
     assert brief(dets) == [("generic_repeat", "critical", 25)]
     assert dets[0].message == msg_generic_critical_latest("read", 25)
@@ -332,7 +346,7 @@ def test_l3_6_exec_terminal_failures():
 
 
 def test_l4_2_mutation_target_of_a_write_call():
-    run = LRun(ON)
+    run = WRun(ON)
     run.call("write", {"path": "/w/a.txt", "content": "x"})
     run.call("write", {"path": "a.txt"}, cwd="/w")
     run.call("write", {"path": "../b/./a.txt"}, cwd="/w/sub")
@@ -346,7 +360,7 @@ def test_l4_2_mutation_target_of_a_write_call():
 
 
 def test_l4_2_mutation_target_on_an_appended_outcome_record():
-    run = LRun(ON)
+    run = WRun(ON)
     run.result("write", {"path": "p"}, result=text_result("ok", changed=True), id="orphan")
     (rec,) = run.records()
     assert (rec["target"], rec["kind"]) == (sha('{"path":"p"}'), KIND_WRITE_MUTATION)
@@ -454,7 +468,7 @@ def _write(run, body, path="p", **kw):
 
 
 def test_l5_3_write_mutation_churn():
-    run = LRun(ON)
+    run = WRun(ON)
     for i in range(10):
         assert _write(run, f"v{i}") == []
     (det,) = run.call("write", {"path": "p", "content": "v10"})
@@ -465,9 +479,23 @@ def test_l5_3_write_mutation_churn():
     assert det.liveness_signal == "argument_churn"
 
 
+def test_l5_3_the_release_has_no_write_churn_unless_opted_in():
+    """openclaw@2026.9.6 has no write-mutation churn: ten distinct rewrites and an eleventh give nothing
+    under the profile alone, and no record gets a write target."""
+    run = LRun(ON)
+    for i in range(10):
+        assert _write(run, f"v{i}") == []
+    assert run.call("write", {"path": "p", "content": "v10"}) == []
+    assert {r["target"] for r in run.records()} == {None}
+    opted = WRun(ON)
+    for i in range(10):
+        _write(opted, f"v{i}")
+    assert brief(opted.call("write", {"path": "p", "content": "v10"})) == [("argument_churn", "warning", 10)]
+
+
 def test_l5_3_what_ends_the_walk():
     def after(build, body="v10", **kw):
-        run = LRun(ON)
+        run = WRun(ON)
         build(run)
         return run.call("write", {"path": "p", "content": body}, **kw)
 
@@ -486,7 +514,7 @@ def test_l5_3_what_ends_the_walk():
 
 def test_l5_3_relative_and_absolute_spellings_are_one_target_only_with_cwd():
     def run_with(cwd):
-        run = LRun(ON)
+        run = WRun(ON)
         for i in range(10):
             path = "a.txt" if i % 2 else "/w/a.txt"
             call_id = run.new_id()

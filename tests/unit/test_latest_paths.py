@@ -22,7 +22,7 @@ from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from tests.unit.helpers import Rec
 
-PROFILE = {"profile": "openclaw-latest"}
+PROFILE = {"profile": "openclaw-latest", "writeChurn": True}  # every path, upstream's write churn included
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 
@@ -310,7 +310,7 @@ def test_a_state_stored_before_the_profile_decodes_and_the_profile_takes_it_up()
 
 
 def test_switching_the_profile_off_drops_its_columns_and_on_again_starts_them_blank():
-    on = Extensions(profile="openclaw-latest")
+    on = Extensions(profile="openclaw-latest", write_churn=True)
     small = FleetConfig({"enabled": True, "historySize": 40}).resolve("a")
     state = None
     for i in range(45):
@@ -359,7 +359,8 @@ def test_config_check_names_the_knobs_the_profile_ignores():
         "postCompactionGuard.windowSize is ignored by profile openclaw-latest: 3",
         "detectors is ignored by profile openclaw-latest: every detector on",
     ]
-    assert not [n for n in on.notes if "profile" not in n.text and n.key != "enabled"]  # e.g. no "raised to 4"
+    others = [n for n in on.notes if "profile" not in n.text and n.key != "enabled" and "openclaw@" not in n.text]
+    assert not others  # e.g. no "raised to 4"
     e = on.effective
     assert (e.history_size, e.warning_threshold, e.critical_threshold, e.guard_window, e.ping_pong) == (
         30,
@@ -369,6 +370,24 @@ def test_config_check_names_the_knobs_the_profile_ignores():
         True,
     )
     assert "warningThreshold is ignored by profile openclaw-latest" in format_report(report)
+
+
+def test_config_check_names_each_knob_the_release_rejects():
+    """openclaw@2026.9.6 accepts only a boolean ``enabled`` under tools.loopDetection (its config validate
+    fails on every other key) and records calls only when it is true: check names each, under the profile."""
+    block = {"enabled": 1, "historySize": 50, "detectors": {"pingPong": False}, "recordCalls": False}
+    doc = {"tools": {"loopDetection": block}, "agents": {"list": [{"id": "on", "loopwarden": PROFILE}]}}
+    glob, on = check_document(doc).blocks
+    assert not [n for n in glob.notes if "openclaw@" in n.text]  # without the profile: nothing said
+    assert [n.text for n in on.notes if "openclaw@" in n.text] == [
+        "enabled must be true or false for openclaw@2026.9.6",
+        "historySize is rejected by openclaw@2026.9.6 (it accepts only enabled under tools.loopDetection)",
+        "detectors is rejected by openclaw@2026.9.6 (it accepts only enabled under tools.loopDetection)",
+        "recordCalls is rejected by openclaw@2026.9.6 (it accepts only enabled under tools.loopDetection)",
+        "openclaw@2026.9.6 detects and records calls only when enabled is true",
+    ]
+    doc["tools"]["loopDetection"] = {"enabled": True}
+    assert not [n for n in check_document(doc).blocks[1].notes if "openclaw@" in n.text]
 
 
 def test_tune_decides_like_replay_with_the_profile_on_and_skips_no_run_it_could_flag():

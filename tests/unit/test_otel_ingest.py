@@ -6,7 +6,8 @@ import asyncio
 
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
-from loopwarden.otel.ingest import MAX_DEAD_LETTER_RAW, Out, SpanIngest, SpanSettings, translate
+from loopwarden.otel.ingest import Out, SpanIngest, SpanSettings, translate
+from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
 from tests.unit.helpers import Rec
 
 
@@ -48,14 +49,17 @@ async def test_stopping_during_an_outage_delivers_nothing_more():
 
 
 def test_a_huge_record_is_described_in_its_dead_letter_not_copied():
+    import hashlib
+
     import msgspec
 
     from loopwarden.schemas.verdicts import DeadLetter
 
-    raw = b"\xff" * (MAX_DEAD_LETTER_RAW + 1)
+    raw = b"\xff" * (MAX_DEAD_LETTER_RAW * 100)
     (out,) = translate(Rec("spans", 0, 3, None, raw), SpanSettings(dead_letter_topic="dlq"))
     letter = msgspec.json.decode(out.value, type=DeadLetter)
-    assert letter.reason == "otel_bad_request" and letter.raw == b"" and "raw bytes omitted" in letter.detail
+    assert letter.reason == "otel_bad_request" and letter.raw == raw[:MAX_DEAD_LETTER_RAW]
+    assert (letter.size, letter.sha256) == (len(raw), hashlib.sha256(raw).hexdigest())
 
 
 def test_a_mapping_bug_dead_letters_the_record_instead_of_stopping(monkeypatch):
@@ -72,4 +76,4 @@ def test_a_mapping_bug_dead_letters_the_record_instead_of_stopping(monkeypatch):
     raw = encoded(fixture("pydantic_ai.otlp.json"), "otlp_proto")
     (out,) = translate(Rec("spans", 1, 2, b"k", raw), SpanSettings(dead_letter_topic="dlq"))
     letter = msgspec.json.decode(out.value, type=DeadLetter)
-    assert (out.topic, out.key, letter.reason, letter.raw) == ("dlq", b"k", "engine_error", raw)
+    assert (out.topic, out.key, letter.reason, letter.raw) == ("dlq", b"k", "engine_error", raw[:MAX_DEAD_LETTER_RAW])

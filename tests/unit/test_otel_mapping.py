@@ -285,7 +285,7 @@ def test_the_documented_dead_letter_reasons_are_the_ones_used():
     doc = (Path(__file__).resolve().parents[2] / "streams" / "otel" / "OTEL.md").read_text()
     section = doc.split("## Dead letters", 1)[1]
     rows = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
-    assert rows == ["empty", "too_large", *SPAN_DEAD_LETTER_REASONS, "engine_error"]
+    assert rows == ["unreadable", "empty", "too_large", *SPAN_DEAD_LETTER_REASONS, "engine_error"]
 
 
 def test_otlp_json_values_of_the_wrong_type_are_not_taken():

@@ -80,7 +80,7 @@ async def test_a_looping_session_is_warned_then_blocked_with_text_from_fields(ht
     assert [a.verdict_id for a in acks] == [answers[12]["verdict_id"], answers[13]["verdict_id"]]
     assert {a.outcome for a in acks} == {"applied"}  # blocked: true, the veto reached the model
     r = await client.post("/v1/ack", json={**AGENT, "verdict_id": warn["verdict_id"]})
-    assert (await r.json()) == {"ok": True, "paired": None, "warning": None}
+    assert (await r.json())["ok"] is True
     assert of_type(out, "VerdictAck")[-1].verdict_id == warn["verdict_id"]
 
 
@@ -223,6 +223,8 @@ async def test_a_worker_block_and_warning_answer_the_next_check(http):
     )
     a = await (await client.post("/v1/check", json={**AGENT, "tool_name": "exec"})).json()
     assert (a["action"], a["source"], a["verdict_id"], a["proceed"]) == ("warn", "worker_warning", "w-1", True)
+    r = await client.post("/v1/result", json={**AGENT, "tool_call_id": a["tool_call_id"], "result": "ok"})
+    assert (await r.json())["warning"]["verdict_id"] == "w-1"  # handed back with the result as well
     svc.client._on_verdict(
         key,
         Verdict(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 
 import msgspec
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from loopwarden.detection import RunState
 from loopwarden.kafka.configfeed import block_of
 from loopwarden.schemas.events import ID_CAPS, MAX_ID_CHARS, EventDecodeError, decode_event
+from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
 from loopwarden.worker.runcodec import RunValue, decode_key, decode_value, encode_value, state_key
 from loopwarden.worker.screening import dead_letter_value, nesting_depth, screen
 from loopwarden.worker.settings import Settings, add_arguments, env_name, from_sources
@@ -57,7 +59,17 @@ def test_dead_letter_value_carries_position_and_raw_bytes():
         "partition": 3,
         "offset": 42,
         "raw": base64.b64encode(raw).decode(),
+        "size": len(raw),
+        "sha256": hashlib.sha256(raw).hexdigest(),
     }
+
+
+def test_dead_letter_value_keeps_a_bounded_prefix_with_the_size_and_digest_of_the_whole():
+    raw = b"x" * 1_000_000  # a record out of a compressed batch: the letter must not copy it
+    value = dead_letter_value(EventDecodeError("bad_json", "x"), "t", 0, 1, raw)
+    letter = json.loads(value)
+    assert base64.b64decode(letter["raw"]) == raw[:MAX_DEAD_LETTER_RAW] and len(value) < 2 * MAX_DEAD_LETTER_RAW
+    assert (letter["size"], letter["sha256"]) == (len(raw), hashlib.sha256(raw).hexdigest())
 
 
 def test_state_key_and_value_round_trip():

@@ -27,7 +27,10 @@ WARN_PREFIX = "\n\n[loopwarden] "
 
 
 def warning_note(decision: Decision) -> str:
-    """The text appended to a warned call's result (the model reads it with the result)."""
+    """The text appended to a warned call's result (the model reads it with the result); under the
+    openclaw-latest profile the release's system note, on a line of its own."""
+    if decision.release:
+        return "\n" + (decision.note or "")
     return WARN_PREFIX + (decision.message or "Warning: this looks like a tool-call loop.")
 
 
@@ -48,6 +51,7 @@ class Gate:
         self._max_runs = max(1, max_runs)
         self._pending: OrderedDict[tuple[str, str], Decision] = OrderedDict()  # (run key, call id)
         self._ended_aborts: OrderedDict[str, Any] = OrderedDict()  # run key -> abort verdict of an ended run
+        self._admitted: OrderedDict[tuple[str, str], Decision] = OrderedDict()  # (run key, call id): batch decisions
         self._max_pending = max(1, max_pending)
         self._logged = False  # the first failure of a check is logged, the rest only counted
 
@@ -73,6 +77,29 @@ class Gate:
                 log.exception("loopwarden check failed; the call is allowed (later failures are only counted)")
             call = self.run(ref).call(tool_name, None, call_id)
             return Decision(action="allow", source="error", call=call)
+
+    async def admit(self, ref: RunRef, calls: list[tuple[str, Any, str | None]]) -> None:
+        """Decide one assistant message's tool calls together, before any of them runs, when the run gets
+        the release's bounded recovery (the openclaw-latest profile); :meth:`decide` then hands each call
+        its decision. Otherwise (and on any trouble) nothing is decided here: each call is checked alone."""
+        try:
+            run = self.run(ref)
+            built = [run.call(name, args, call_id) for name, args, call_id in calls if call_id]
+            if not built or not self.client.bounded_recovery(built[0]):
+                return
+            decisions = await self.client.check_batch(built, self.timeout)
+        except Exception:  # noqa: BLE001 - a bug here must not break the agent
+            self.client.stats.fail_open_error += 1
+            return
+        for call, decision in zip(built, decisions, strict=True):
+            self._admitted[(ref.key, call.tool_call_id or "")] = decision
+            if len(self._admitted) > self._max_pending:
+                self._admitted.popitem(last=False)
+
+    async def decide(self, ref: RunRef, tool_name: str, args: Any, call_id: str | None) -> Decision:
+        """The call's decision from its batch's admission, else a check of its own."""
+        decision = self._admitted.pop((ref.key, call_id), None) if call_id else None
+        return decision if decision is not None else await self.check(ref, tool_name, args, call_id)
 
     async def refused(self, decision: Decision) -> None:
         """The call did not run: publish the veto as its result (acks the block/abort)."""

@@ -12,6 +12,12 @@ gates every tool call before it runs (``awrap_tool_call``):
 - ``abort``: as block, and ``before_model`` jumps to the end: the agent
   stops without another model call.
 
+Under the ``openclaw-latest`` profile (a client deciding locally) the
+model's tool calls are admitted together in ``after_model``, before any of
+them runs (the OpenClaw release's bounded recovery: the run's first
+critical refuses the whole batch, the second aborts the run; the warning is
+the release's system note).
+
 In a hand-built LangGraph graph use the same gate on the tool node:
 ``ToolNode(tools, awrap_tool_call=LoopwardenMiddleware(client).awrap_tool_call)``
 and ask ``middleware.aborted()`` in the model node (the node's own runtime
@@ -154,7 +160,7 @@ class LoopwardenMiddleware(AgentMiddleware):
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         call = request.tool_call
         ref = self.ref(request.runtime, getattr(request, "state", None))
-        decision = await self.gate.check(ref, call["name"], call.get("args") or {}, call.get("id"))
+        decision = await self.gate.decide(ref, call["name"], call.get("args") or {}, call.get("id"))
         if not decision.proceed:
             await self.gate.refused(decision)
             return ToolMessage(
@@ -176,6 +182,15 @@ class LoopwardenMiddleware(AgentMiddleware):
         if decision.action == "warn":
             message = _with_note(message, warning_note(decision))
         return message
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """The model's tool calls, admitted together before any runs (bounded recovery, openclaw-latest)."""
+        messages = state.get("messages") if isinstance(state, dict) else None
+        calls = getattr(messages[-1], "tool_calls", None) if messages else None
+        if calls:
+            batch = [(c["name"], c.get("args") or {}, c.get("id")) for c in calls]
+            await self.gate.admit(self.ref(runtime, state), batch)
+        return None
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:

@@ -26,6 +26,11 @@ no call waits for the broker.
   with ``ToolInputGuardrailTripwireTriggered`` (its ``output.output_info`` is
   the :class:`~loopwarden.runner.state.Decision`).
 
+Under the ``openclaw-latest`` profile (a client deciding locally) :meth:`LoopwardenGuardrails.run`
+admits each model response's tool calls together (run hooks' ``on_llm_end``,
+before any tool runs: the OpenClaw release's bounded recovery; your own
+``hooks=`` still run); the warning is the release's system note.
+
 A tool that raises is published as that call's ``error`` (the real exception,
 through ``RunConfig.tool_error_formatter``, which this wraps: a formatter
 you set still decides the message the model sees).
@@ -61,7 +66,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from agents import Agent, FunctionTool, RunConfig, Runner
+from agents import Agent, FunctionTool, RunConfig, RunHooks, Runner
 from agents.tool_guardrails import (
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
@@ -127,6 +132,32 @@ def _params(arguments: Any) -> Any:
     return arguments
 
 
+class _AdmitHooks(RunHooks):
+    """Run hooks that admit each model response's tool calls together (then any hooks of the caller's)."""
+
+    def __init__(self, guard: LoopwardenGuardrails, inner: Any = None) -> None:
+        self._guard = guard
+        self._inner = inner
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+        await self._guard.admit(context, agent, response)
+
+
+def _delegate(name: str) -> Any:
+    async def hook(self: _AdmitHooks, *args: Any, **kwargs: Any) -> None:
+        if self._inner is not None:
+            await getattr(self._inner, name)(*args, **kwargs)
+
+    hook.__name__ = name
+    return hook
+
+
+for _name in ("on_llm_start", "on_agent_start", "on_agent_end", "on_handoff", "on_tool_start", "on_tool_end"):
+    setattr(_AdmitHooks, _name, _delegate(_name))
+
+
 class LoopwardenGuardrails:
     """The guardrails and error formatter of one client; :func:`guard_agent` attaches them."""
 
@@ -178,6 +209,7 @@ class LoopwardenGuardrails:
         config = self.run_config(run_config)
         scope = _Scope(config, agent)
         token = _SCOPE.set(scope)
+        kwargs["hooks"] = _AdmitHooks(self, kwargs.get("hooks"))
         try:
             return await Runner.run(agent, input, run_config=config, **kwargs)
         finally:
@@ -202,10 +234,21 @@ class LoopwardenGuardrails:
 
         return dataclasses.replace(base, tool_error_formatter=formatter)
 
+    async def admit(self, context: Any, agent: Any, response: Any) -> None:
+        """A model response's function calls, admitted together before any runs (the openclaw-latest
+        profile's bounded recovery; nothing happens otherwise): each guardrail then takes its call's decision."""
+        calls = [
+            (item.name, _params(item.arguments), item.call_id)
+            for item in getattr(response, "output", None) or ()
+            if getattr(item, "type", None) == "function_call"
+        ]
+        if calls:
+            await self.gate.admit(self.ref(context, agent), calls)
+
     async def _before(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
         ref = self.ref(ctx, data.agent)
-        decision = await self.gate.check(ref, ctx.tool_name, _params(ctx.tool_arguments), ctx.tool_call_id)
+        decision = await self.gate.decide(ref, ctx.tool_name, _params(ctx.tool_arguments), ctx.tool_call_id)
         if decision.proceed:
             self.gate.hold(ref.key, ctx.tool_call_id, decision)
             return ToolGuardrailFunctionOutput.allow(output_info=decision)

@@ -14,6 +14,12 @@ Every tool call goes through ``wrap_tool_execute``, before the tool runs:
   guard, when the client decides locally) cancels the run right after that
   result.
 
+Under the ``openclaw-latest`` profile (a client deciding locally) each model
+response's tool calls are admitted together in ``after_model_request``,
+before any of them runs (the OpenClaw release's bounded recovery: the run's
+first critical refuses the whole batch, the second cancels the run); the
+warning is the release's system note.
+
 How the caller learns that a run was aborted: ``agent.run`` raises
 ``RunCancelled``; ``capability.gate.aborted(capability.ref(ctx))`` (or the
 client's ``run.aborted``) holds the abort verdict. With a client that
@@ -77,8 +83,15 @@ class LoopwardenCapability(AbstractCapability[Any]):
             if self.end_runs:
                 await asyncio.shield(self.gate.end(self.ref(ctx)))
 
+    async def after_model_request(self, ctx: Any, *, request_context: Any, response: Any) -> Any:
+        """The response's tool calls, admitted together before any runs (bounded recovery, openclaw-latest)."""
+        calls = [(c.tool_name, c.args_as_dict(), c.tool_call_id) for c in getattr(response, "tool_calls", None) or ()]
+        if calls:
+            await self.gate.admit(self.ref(ctx), calls)
+        return response
+
     async def wrap_tool_execute(self, ctx: Any, *, call: Any, tool_def: Any, args: dict[str, Any], handler: Any) -> Any:
-        decision = await self.gate.check(self.ref(ctx), call.tool_name, call.args_as_dict(), call.tool_call_id)
+        decision = await self.gate.decide(self.ref(ctx), call.tool_name, call.args_as_dict(), call.tool_call_id)
         if not decision.proceed:
             await self.gate.refused(decision)
             if decision.action == "abort":
