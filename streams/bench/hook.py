@@ -13,13 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import loopwarden.hooks as hooks_package
 from loopwarden.bench.stats import percentile
+from loopwarden.hooks.service import Service
+from loopwarden.sidecar.process import SidecarProcess
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
 
@@ -36,22 +41,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait_healthy(port: int, proc: subprocess.Popen, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"the service exited with {proc.returncode} before answering")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the service did not answer /v1/health in time")
 
 
 def _input(host: str, i: int) -> bytes:
@@ -84,36 +73,66 @@ def _time(argv: list[str], env: dict[str, str], runs: int, warmup: int, host: st
     return sorted(out)
 
 
+def _round_trips(url: str, n: int) -> list[float]:
+    """ms per ``/v1/check`` from this process, a new connection each (as one hook run makes it)."""
+    service = Service(url)
+    out = []
+    for i in range(n):
+        body = {"agent_id": "bench", "session_id": "rt", "run_id": "rt", "tool_name": "Bash"}
+        body |= {"params": {"command": f"echo {i}"}, "tool_call_id": f"rt-{i}"}
+        t0 = time.perf_counter()
+        if service.post("/v1/check", body) is None:
+            raise SystemExit(f"the service did not answer: {service.error}")
+        out.append((time.perf_counter() - t0) * 1000)
+    return sorted(out)
+
+
 def run(args: argparse.Namespace) -> int:
     py = sys.executable
     script = str(Path(py).with_name("loopwarden"))
     service = None
     url = args.url
     if url is None:
-        port = _free_port()
-        cmd = [script, "sidecar", "--config", str(args.config), "--host", "127.0.0.1", "--port", str(port)]
-        service = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_healthy(port, service)
-        url = f"http://127.0.0.1:{port}"
+        service = SidecarProcess(["--config", str(args.config)]).start()
+        url = service.url
     down = f"http://127.0.0.1:{_free_port()}"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWARDEN_")}
+    tmp = tempfile.mkdtemp(prefix="lw-bench-hook-")
+    os.symlink(Path(hooks_package.__file__).resolve().parents[1], Path(tmp) / "loopwarden")
+    bare = {"PYTHONPATH": tmp}
     rows = []
     try:
         floor = [("python -S -c pass", [py, "-S", "-c", "pass"]), ("python -c pass", [py, "-c", "pass"])]
         for name, argv in floor:
             rows.append((name, "-", _time(argv, base_env, args.runs, args.warmup, args.host)))
         hooks = [
-            (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host]),
-            (f"loopwarden hook {args.host}", [script, "hook", args.host]),
+            (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host], {}),
+            (f"loopwarden hook {args.host}", [script, "hook", args.host], {}),
+            # the package found on PYTHONPATH, no site: the interpreter start without this venv's
+            # editable-install finder (a .pth hook that imports pathlib and more at every start)
+            (f"python -S -m loopwarden.hooks {args.host}", [py, "-S", "-m", "loopwarden.hooks", args.host], bare),
         ]
         for state, target in (("up", url), ("down", down)):
-            env = base_env | {"LOOPWARDEN_SIDECAR_URL": target}
-            for name, argv in hooks:
+            for name, argv, extra in hooks:
+                env = base_env | extra | {"LOOPWARDEN_SIDECAR_URL": target}
                 rows.append((name, state, _time(argv, env, args.runs, args.warmup, args.host)))
+        inner = []  # the hook's own work in its process: imports and the exchange, interpreter start aside
+        code = (
+            "import sys, time; t = time.perf_counter(); from loopwarden.hooks.command import run_hook; "
+            "run_hook(sys.argv[1:], sys.stdin.buffer.read()); print((time.perf_counter() - t) * 1000)"
+        )
+        trips = _round_trips(url, args.warmup + args.runs * 5)
+        env = base_env | bare | {"LOOPWARDEN_SIDECAR_URL": url}
+        for i in range(args.warmup + args.runs):
+            proc = subprocess.run(
+                [py, "-S", "-c", code, args.host], input=_input(args.host, i), env=env, capture_output=True
+            )
+            if i >= args.warmup:
+                inner.append(float(proc.stdout))
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         if service is not None:
-            service.terminate()
-            service.wait(10)
+            service.stop()
     load = os.getloadavg()[0]
     print(
         f"one hook run, process start to exit ({args.runs} runs each, load average {load:.2f}, {os.cpu_count()} CPUs)"
@@ -121,6 +140,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'command':<40} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
     for name, state, ms in rows:
         print(f"{name:<40} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
+    print(
+        f"{'round trip: one /v1/check, new connection':<40} {'up':>7} {trips[0]:7.2f} "
+        f"{percentile(trips, 0.5):7.2f} {percentile(trips, 0.95):7.2f}"
+    )
+    inner.sort()
+    print(
+        f"{'in-process: import + exchange (up)':<40} {'up':>7} {inner[0]:7.1f} {percentile(inner, 0.5):7.1f} "
+        f"{percentile(inner, 0.95):7.1f}"
+    )
     floor_median = percentile(rows[1][2], 0.5)
     for name, state, ms in rows[2:]:
         print(f"{name} ({state}): median {percentile(ms, 0.5) - floor_median:+.1f} ms over a bare 'python -c pass'")

@@ -16,12 +16,11 @@ import json
 import os
 import sys
 
-from loopwarden.hooks.hosts import COMPACT, HOSTS, POST, PRE, PROMPT, STOP, HookEvent, Host
+from loopwarden.hooks.exchange import drive, exchange
+from loopwarden.hooks.hosts import HOSTS, Host
 from loopwarden.hooks.service import Service, read_token
 
 MAX_INPUT = 4 << 20  # bytes of hook JSON read at most
-MAX_MESSAGE = 4000  # characters of verdict text handed to a model
-MAX_RESULT = 64 << 10  # bytes of a tool's result sent as is; larger ones are sent as a digest
 USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id ID] [--url URL]
                        [--token-file FILE] [--timeout S]
        loopwarden hook install {claude-code,codex,gemini,cursor} [--print] [--dir DIR] [--http] [...]
@@ -64,102 +63,6 @@ def parse_args(argv: list[str]) -> Options:
     return opts
 
 
-def _message(decision: dict, fallback: str) -> str:
-    text = decision.get("message")
-    return text[:MAX_MESSAGE] if isinstance(text, str) and text else fallback
-
-
-def _bounded(value: object) -> object:
-    """A tool's result or error, or a digest of it when large (equal outputs, equal digests)."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    if len(raw) <= MAX_RESULT:
-        return value
-    import hashlib
-
-    return {"sha256": hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest(), "chars": len(raw)}
-
-
-class Hook:
-    """One invocation: the event, the service, and the answer for the host (None: print nothing)."""
-
-    def __init__(self, opts: Options, service: Service) -> None:
-        self.opts = opts
-        self.host = opts.host
-        self.service = service
-        self.failed_open = False
-
-    def base(self, ev: HookEvent) -> dict:
-        return {"agent_id": self.opts.agent_id, "session_id": ev.session_id}
-
-    def ask(self, path: str, body: dict) -> dict | None:
-        answer = self.service.post(path, body)
-        if answer is None:
-            self.failed_open = True
-        return answer
-
-    def answer(self, data: dict) -> dict | None:
-        ev = self.host.parse(data)
-        if ev.kind == PRE:
-            return self.pre(ev)
-        if ev.kind == POST:
-            return self.post(ev)
-        if ev.kind == PROMPT:
-            body = self.base(ev)
-            if ev.run_id:
-                body["run_id"] = ev.run_id
-            self.ask("/v1/run_start", body)
-            return self.host.prompt_answer()
-        if ev.kind == STOP:
-            self.ask("/v1/run_end", self.base(ev) | {"run_id": ev.run_id})
-        elif ev.kind == COMPACT:
-            self.ask("/v1/compaction", self.base(ev) | {"run_id": ev.run_id, "reason": ev.reason})
-        return None
-
-    def pre(self, ev: HookEvent) -> dict | None:
-        call = self.base(ev) | {"run_id": ev.run_id, "tool_name": ev.tool_name or "unknown", "params": ev.params}
-        d = self.ask("/v1/check", call | {"tool_call_id": ev.call_id})
-        action = d.get("action") if d else None
-        if d is None or action == "allow":
-            return None
-        run_id, call_id = d.get("run_id") or ev.run_id, d.get("tool_call_id") or ev.call_id
-        if action == "warn":
-            if not self.host.warns_before:
-                return None  # handed over with the call's result (post)
-            out = self.host.context(ev, _message(d, "Tool-loop warning."))
-            self.ack(ev, run_id, d)
-            return out
-        if action in ("block", "abort"):
-            message = _message(d, "Tool call blocked by loop detection.")
-            out = self.host.abort(ev, message) if action == "abort" else self.host.deny(ev, message)
-            # the call will not run and the model reads the veto: the service acks the block/abort as applied
-            self.ask("/v1/result", call | {"run_id": run_id, "tool_call_id": call_id, "blocked": True})
-            return out
-        return None
-
-    def post(self, ev: HookEvent) -> dict | None:
-        body = self.base(ev) | {"run_id": ev.run_id, "tool_call_id": ev.call_id, "tool_name": ev.tool_name}
-        body["params"] = ev.params
-        if ev.error is not None:
-            body["error"] = _bounded(ev.error)
-        else:
-            body["result"] = _bounded(ev.result)
-        answer = self.ask("/v1/result", body)
-        warning = answer.get("warning") if answer else None
-        if self.host.warns_before or not isinstance(warning, dict):
-            return None
-        out = self.host.context(ev, _message(warning, "Tool-loop warning."))
-        if out is not None:
-            self.ack(ev, warning.get("run_id") or ev.run_id, warning)
-        return out
-
-    def ack(self, ev: HookEvent, run_id: str | None, decision: dict) -> None:
-        if decision.get("verdict_id"):
-            body = self.base(ev) | {"run_id": run_id, "verdict_id": decision["verdict_id"], "outcome": "applied"}
-            self.ask("/v1/ack", body)
-
-
 def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
     """(stdout, stderr) of one hook invocation; never raises."""
     try:
@@ -171,12 +74,19 @@ def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
         if not isinstance(data, dict):
             return "", "loopwarden hook: the hook input is not a JSON object (or too large); allowing\n"
         service = Service(opts.url, read_token(opts.token_file), opts.timeout)
-        hook = Hook(opts, service)
-        out = hook.answer(data)
+        failed = []
+
+        def ask(path: str, body: dict) -> dict | None:
+            answer = service.post(path, body)
+            if answer is None:
+                failed.append(path)
+            return answer
+
+        out = drive(exchange(opts.host, opts.agent_id, data), ask)
     except Exception as exc:  # a hook never breaks the agent: allow, say why
         return "", f"loopwarden hook: {type(exc).__name__}: {exc}; allowing\n"
     err = ""
-    if hook.failed_open:
+    if failed:
         err = f"loopwarden hook: the decision service at {service.url} did not answer ({service.error}); allowing\n"
     return (json.dumps(out) + "\n" if out is not None else ""), err
 

@@ -30,6 +30,7 @@ import msgspec
 from aiohttp import web
 
 from loopwarden.schemas import sidecar as api
+from loopwarden.sidecar.hooks_endpoint import claude_code_hook
 from loopwarden.sidecar.service import Service
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ def make_app(service: Service, token: bytes | None = None) -> web.Application:
     }
     for path, (type_, method) in posts.items():
         app.router.add_post(path, _post(service, msgspec.json.Decoder(type_), method))
+    app.router.add_post("/v1/hooks/claude-code", claude_code_hook(service.stats, posts))
 
     async def health(_request: web.Request) -> web.StreamResponse:
         return _json(200, service.health())

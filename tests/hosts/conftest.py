@@ -16,6 +16,6 @@ def model():
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory):
-    sidecar = scenarios.Sidecar(tmp_path_factory.mktemp("sidecar") / "sidecar.log")
+    sidecar = scenarios.sidecar(tmp_path_factory.mktemp("sidecar") / "sidecar.log")
     yield sidecar
     sidecar.stop()

@@ -15,7 +15,6 @@ tool call the fake model makes to run ``command`` with the host's own shell tool
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -191,8 +190,3 @@ def session_of(host: Host, proc: subprocess.CompletedProcess[str]) -> str | None
         return json.loads(proc.stdout[start:]).get("session_id") if start >= 0 else None
     except ValueError:
         return None
-
-
-def environ_python() -> str:
-    """The interpreter the tests run under (the hook command runs in the same venv)."""
-    return os.environ.get("LOOPWARDEN_TEST_PYTHON") or __import__("sys").executable

@@ -13,10 +13,10 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts import fake_models
 from tests.hosts.fake_models import FakeModelServer, progress, repeat
 from tests.hosts.harness import Host, session_of
@@ -40,48 +40,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Sidecar:
-    """``loopwarden sidecar`` in a process of its own, on a free loopback port."""
-
-    def __init__(self, log: Path, config: Path = LOOP_CONFIG, extra: list[str] | None = None, env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        argv = [str(Path(sys.executable).with_name("loopwarden")), "sidecar", "--config", str(config)]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), *(extra or [])]
-        self.log = log
-        self._out = open(log, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        self._wait()
-
-    def _wait(self, deadline: float = 60.0) -> None:
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sidecar exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    if s.recv(64).startswith(b"HTTP/1.1 200"):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"sidecar not healthy: {self.log.read_text()[-2000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._out.close()
+def sidecar(log: Path, config: Path = LOOP_CONFIG, extra: list[str] | None = None) -> SidecarProcess:
+    """``loopwarden sidecar`` in a process of its own, on a free loopback port, ready."""
+    return SidecarProcess(["--config", str(config), *(extra or [])], log_path=log).start()
 
 
-def install_hooks(host: Host, url: str, agent_id: str | None = None) -> None:
+def install_hooks(host: Host, url: str, agent_id: str | None = None, *flags: str) -> None:
     """``loopwarden hook install HOST --dir PROJECT --url URL``, the command a user runs."""
     argv = [str(Path(sys.executable).with_name("loopwarden")), "hook", "install", host.name, "--dir", str(host.project)]
-    argv += ["--url", url] + (["--agent-id", agent_id] if agent_id else [])
+    argv += ["--url", url] + (["--agent-id", agent_id] if agent_id else []) + list(flags)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert host.hooks_file.exists()
@@ -107,7 +74,7 @@ def run_ok(host: Host, prompt: str, **kw: Any) -> subprocess.CompletedProcess[st
     return proc
 
 
-def looping_session_is_warned_at_10_and_blocked_at_20(host: Host, model: FakeModelServer, calls: int = 23) -> None:
+def looping_session_is_warned_at_10_and_blocked_at_20(host: Host, model: FakeModelServer, calls: int = 21) -> None:
     model.fake.clear()
     model.fake.set(host.protocol, repeat(*host.shell(LOOP_COMMAND)), calls)
     run_ok(host, "append to ran.txt")
@@ -172,3 +139,31 @@ def service_down_the_agent_runs_unharmed(host: Host, model: FakeModelServer, cal
     assert len(results) == calls and ran(host) == calls
     assert not WARNING.search(whole) and not CRITICAL.search(whole)
     assert fake_models.FINAL_TEXT in proc.stdout
+
+
+class HostTests:
+    """The tests of one host: ``class TestHost(HostTests): host_class = ...`` in the host's module
+    (the module-scoped ``model`` and ``service`` fixtures are in tests/hosts/conftest.py)."""
+
+    host_class: type[Host]
+
+    def host(self, root: Path, model: FakeModelServer, url: str) -> Host:
+        host = self.host_class(root, model.url)
+        install_hooks(host, url)
+        return host
+
+    def test_a_looping_session_is_warned_at_10_and_blocked_at_20(self, tmp_path: Path, model, service) -> None:
+        looping_session_is_warned_at_10_and_blocked_at_20(self.host(tmp_path, model, service.url), model)
+
+    def test_a_healthy_session_is_never_touched(self, tmp_path: Path, model, service) -> None:
+        healthy_session_is_never_touched(self.host(tmp_path, model, service.url), model)
+
+    def test_two_sessions_never_pool(self, tmp_path: Path, model, service) -> None:
+        sessions_never_pool(lambda tag: self.host(tmp_path / tag, model, service.url), model)
+
+    def test_two_prompts_of_one_session_never_pool(self, tmp_path: Path, model, service) -> None:
+        prompts_never_pool(self.host(tmp_path, model, service.url), model)
+
+    def test_the_service_down_the_agent_runs_unharmed(self, tmp_path: Path, model) -> None:
+        host = self.host(tmp_path, model, f"http://127.0.0.1:{free_port()}")
+        service_down_the_agent_runs_unharmed(host, model)

@@ -1,0 +1,68 @@
+"""The fleet side of the coding-agent hooks: two developers' Claude Code sessions, one live worker.
+
+Each developer runs a decision service of their own (``loopwarden sidecar``) connected to
+the broker, and Claude Code with ``loopwarden hook`` installed under their own agent id.
+Both sessions hit the same failing command; the worker sees both runs join one failure
+signature and opens a fleet incident while they run (streams/fleet/FLEET.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import scenarios
+from tests.hosts.fake_models import FakeModelServer, repeat
+from tests.hosts.harness import ClaudeCode
+
+from .support import collect, ready_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAILING = "cat no-such-file.txt"
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
+    "loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 2, "minAgents": 2, "window": 600}},
+}
+
+
+@pytest.fixture(scope="module")
+def worker(tansu: str, tmp_path_factory: pytest.TempPathFactory):
+    yield from ready_worker(tansu, tmp_path_factory.mktemp("hook-fleet"), "hookfleet", CONFIG)
+
+
+def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incident(
+    tansu: str, worker, tmp_path: Path
+) -> None:
+    names = worker.names
+    config = tmp_path / "loop.json"
+    config.write_text(json.dumps(CONFIG))
+    topics = ["--bootstrap", tansu, "--events-topic", names.events, "--control-topic", names.control]
+    topics += ["--config-topic", names.config]
+    services = []
+    try:
+        with FakeModelServer() as model:
+            for dev in ("dev-alice", "dev-bob"):
+                service = scenarios.sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
+                services.append(service)
+                host = ClaudeCode(tmp_path / dev, model.url)
+                scenarios.install_hooks(host, service.url, dev)
+                model.fake.set(host.protocol, repeat(*host.shell(FAILING)), 4)
+                scenarios.run_ok(host, "read the file")
+            records = collect(
+                tansu,
+                names.incidents,
+                until=lambda rs: any(json.loads(r.value)["state"] == "open" for r in rs),
+                timeout=90,
+            )
+    finally:
+        for service in services:
+            service.stop()
+    opened = [json.loads(r.value) for r in records if json.loads(r.value)["state"] == "open"]
+    assert len(opened) == 1, opened
+    incident = opened[0]
+    text = json.dumps(incident)
+    assert "dev-alice" in text and "dev-bob" in text, text
+    assert incident["run_count"] == 2
