@@ -45,37 +45,11 @@ def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path
     assert not list(tmp_path.glob("loopwarden-dev-*"))  # the temp folder is gone
 
 
-def test_dev_demo_cleans_up_after_a_closed_terminal(tmp_path):
+def signalled_demo(tmp_path, sig: int, settle: float, *extra: str) -> tuple[subprocess.Popen, str, str]:
+    """Start the demo with no end, send ``sig`` once its worker has started and ``settle`` s passed."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("loopwarden-dev-*/worker-*.log")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert list(tmp_path.glob("loopwarden-dev-*")), "the demo did not start"
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGHUP)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGHUP, err
-    assert not list(tmp_path.glob("loopwarden-dev-*")), err
-    assert "worker log" not in out + err  # no path of a log that no longer exists
-
-
-def test_dev_demo_ctrl_c_ends_with_the_summary_and_no_pending_task(tmp_path):
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0", "--rate", "300"],
+        [sys.executable, "-m", "loopwarden.cli", "dev", "--duration", "0", *extra],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -87,12 +61,25 @@ def test_dev_demo_ctrl_c_ends_with_the_summary_and_no_pending_task(tmp_path):
         deadline = time.monotonic() + 90
         while not list(tmp_path.glob("loopwarden-dev-*/worker-*.log")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(12.0)  # the worker is up and the simulator sends
-        proc.send_signal(signal.SIGINT)
+        assert list(tmp_path.glob("loopwarden-dev-*")), "the demo did not start"
+        time.sleep(settle)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc, out, err
+
+
+def test_dev_demo_cleans_up_after_a_closed_terminal(tmp_path):
+    proc, out, err = signalled_demo(tmp_path, signal.SIGHUP, 1.0)
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert not list(tmp_path.glob("loopwarden-dev-*")), err
+    assert "worker log" not in out + err  # no path of a log that no longer exists
+
+
+def test_dev_demo_ctrl_c_ends_with_the_summary_and_no_pending_task(tmp_path):
+    proc, out, err = signalled_demo(tmp_path, signal.SIGINT, 12.0, "--rate", "300")  # the simulator sends
     assert proc.returncode == 130, out + err
     assert re.search(r"^interrupted: sent [1-9]\d* events, \d+ verdicts; worker processed \d+ events$", out, re.M), out
     assert out.endswith("\n")
