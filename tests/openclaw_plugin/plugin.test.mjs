@@ -3,7 +3,7 @@
 // Run: node --test tests/openclaw_plugin/ (tests/unit/test_openclaw_plugin.py runs it from pytest).
 
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -109,8 +109,9 @@ test("ids: the session id when there is no session key, the configured agent id 
   assert.equal(body.tool_name, "exec");
 });
 
-test("block: the service's text becomes blockReason; a bearer token is read from the token file", async () => {
+test("block: the service's text becomes blockReason; a bearer token is read from the token file", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "lw-plugin-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true })); // the token file is not left behind
   writeFileSync(join(dir, "token"), "s3cret\n");
   answer = () => ({ body: verdict("block", "CRITICAL: read has repeated identical no-progress outcomes 20 times.") });
   const guard = createGuard(settingsFrom({ url, tokenFile: join(dir, "token"), timeoutMs: SLACK_MS }), { logger: quietLogger() });
