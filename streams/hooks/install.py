@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks.hosts import HOSTS
+from loopwarden.hooks.service import service_url
 
 HOOK_TIMEOUT = 10  # seconds the host waits for one hook run (the hook itself fails open within about 1 s)
 
@@ -56,7 +57,7 @@ def hook_command(host: str, args: argparse.Namespace) -> str:
 
 def _handler(host: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.http:
-        url = (args.url or os.environ.get("LOOPWARDEN_SIDECAR_URL") or "http://127.0.0.1:7766").rstrip("/")
+        url = service_url(args.url).rstrip("/")
         handler: dict[str, Any] = {"type": "http", "url": f"{url}/v1/hooks/claude-code", "timeout": HOOK_TIMEOUT}
         if args.agent_id:
             handler["headers"] = {"X-Loopwarden-Agent-Id": args.agent_id}

@@ -16,8 +16,14 @@ import os
 import socket
 
 DEFAULT_URL = "http://127.0.0.1:7766"
+URL_ENV = "LOOPWARDEN_SIDECAR_URL"
 DEFAULT_TIMEOUT = 1.0  # seconds for the connect and for each read
 MAX_ANSWER = 1 << 20  # bytes of an answer read at most
+
+
+def service_url(url: str | None = None) -> str:
+    """The service's address: ``url``, else ``LOOPWARDEN_SIDECAR_URL``, else the default (every client's rule)."""
+    return url or os.environ.get(URL_ENV) or DEFAULT_URL
 
 
 def read_token(path: str | None) -> str | None:
@@ -58,7 +64,7 @@ class Service:
     """``post(path, body)`` -> the answer's JSON object, or None (``error`` says why)."""
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float | None = None) -> None:
-        self.url = url or os.environ.get("LOOPWARDEN_SIDECAR_URL") or DEFAULT_URL
+        self.url = service_url(url)
         self.token = token
         self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.error: str | None = None

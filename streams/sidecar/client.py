@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-DEFAULT_URL = "http://127.0.0.1:7766"
-URL_ENV = "LOOPWARDEN_SIDECAR_URL"
+from loopwarden.hooks.service import service_url
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -35,7 +33,7 @@ class SidecarClient:
     no URL: ``LOOPWARDEN_SIDECAR_URL``, else the default port on 127.0.0.1."""
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 5.0) -> None:
-        url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+        url = service_url(url)
         self.url = url
         self._headers = {"Content-Type": "application/json"}
         if token:
