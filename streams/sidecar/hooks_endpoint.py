@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from aiohttp import web
 
 from loopwarden.hooks.exchange import exchange
 from loopwarden.hooks.hosts import HOSTS
+from loopwarden.sidecar.http import Request
 
 Endpoint = tuple[type, Callable[[Any], Awaitable[msgspec.Struct]]]
 HOST = HOSTS["claude-code"]
@@ -34,24 +34,24 @@ async def _ask(posts: dict[str, Endpoint], path: str, body: dict) -> dict | None
     return msgspec.to_builtins(await method(req))
 
 
-def claude_code_hook(stats: Any, posts: dict[str, Endpoint]) -> Callable[[web.Request], Awaitable[web.Response]]:
+def claude_code_hook(stats: Any, posts: dict[str, Endpoint]) -> Callable[[Request], Awaitable[tuple[int, bytes]]]:
     """The handler; ``posts`` maps each ``/v1/`` path to its request type and service method."""
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: Request) -> tuple[int, bytes]:
         try:
-            data = msgspec.json.decode(await request.read())
+            data = msgspec.json.decode(request.body)
         except msgspec.DecodeError:
             data = None
         if not isinstance(data, dict):
             stats.bad_requests += 1
-            return web.json_response({})
-        agent_id = request.headers.get("X-Loopwarden-Agent-Id", "")[:MAX_AGENT_ID] or HOST.name
+            return 200, b"{}"
+        agent_id = request.headers.get("x-loopwarden-agent-id", "")[:MAX_AGENT_ID] or HOST.name
         ex = exchange(HOST, agent_id, data)
         try:
             path, body = next(ex)
             while True:
                 path, body = ex.send(await _ask(posts, path, body))
         except StopIteration as stop:
-            return web.json_response(stop.value or {})
+            return 200, msgspec.json.encode(stop.value or {})
 
     return handle

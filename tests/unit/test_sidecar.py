@@ -17,7 +17,6 @@ import time
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 
 from loopwarden import cli
 from loopwarden.runner import LoopClient
@@ -42,14 +41,15 @@ async def http():
 
     async def make(limits: Limits | None = None, token: bytes | None = None):
         svc, out = service(limits)
-        client = TestClient(TestServer(make_app(svc, token)))
-        await client.start_server()
-        clients.append(client)
+        server, urls = await start_listeners(svc, make_app(svc, token), "127.0.0.1", 0, None)
+        client = aiohttp.ClientSession(base_url=urls[0])
+        clients.append((client, server))
         return client, svc, out
 
     yield make
-    for client in clients:
+    for client, server in clients:
         await client.close()
+        await server.close()
 
 
 def of_type(out: Captured, name: str) -> list:
@@ -250,9 +250,9 @@ async def test_unix_socket_is_0600_and_serves(tmp_path):
     path = str(tmp_path / "lw.sock")
     (tmp_path / "lw.sock").touch()
     with pytest.raises(FileExistsError):  # a regular file is never removed
-        await start_listeners(make_app(svc), None, 0, path)
+        await start_listeners(svc, make_app(svc), None, 0, path)
     os.unlink(path)
-    runner, urls = await start_listeners(make_app(svc), "127.0.0.1", 0, path)
+    server, urls = await start_listeners(svc, make_app(svc), "127.0.0.1", 0, path)
     try:
         assert urls[0].startswith("http://127.0.0.1:") and urls[1] == f"unix:{path}"
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -260,7 +260,7 @@ async def test_unix_socket_is_0600_and_serves(tmp_path):
             async with session.post("http://sidecar/v1/check", json={**AGENT, "tool_name": "read"}) as r:
                 assert (await r.json())["action"] == "allow"
     finally:
-        await runner.cleanup()
+        await server.close()
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "example.org"])

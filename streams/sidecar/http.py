@@ -1,0 +1,421 @@
+"""The decision service's HTTP/1.1 server: httptools parses, an asyncio protocol carries, every bound explicit.
+
+Why not aiohttp (which the worker's pages run on): the service's budget is
+about a millisecond per check, and a request through an aiohttp application
+(request object, middleware, router, response object) cost about 0.3 ms of
+it, measured with ``loopwarden bench sidecar``. The service needs little of
+HTTP: JSON bodies, keep-alive, a fixed set of paths. So the parsing is
+httptools (the llhttp C parser, as uvicorn uses it) and the rest is this
+module: one :class:`Request` per message, handed to one coroutine that
+answers ``(status, JSON body)``.
+
+Bounds, each answered and counted (``ServiceStats``) rather than buffered:
+
+- a request head (request line and headers) over ``max_head`` bytes or
+  ``max_headers`` fields: 431, connection closed;
+- a body over ``max_body``: 413, refused on its ``Content-Length`` before it
+  is read, or as soon as a chunked body passes the bound;
+- pipelined requests: at most ``max_pipelined`` wait per connection (reading
+  pauses beyond it), and none is served while the client does not read its
+  answers (the transport's write buffer paused);
+- connections: at most ``max_connections`` (more are answered 503 and
+  closed); one idle for ``idle_timeout`` seconds, or mid-request for
+  ``request_timeout``, is closed by a sweep once a second;
+- anything llhttp cannot parse (or an Upgrade): 400, connection closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import stat
+from collections import deque
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+import msgspec
+
+log = logging.getLogger(__name__)
+
+
+LINGER = 1.0  # seconds a refused connection's late bytes are read and dropped before it closes
+
+
+class ServerLimits(msgspec.Struct, kw_only=True, frozen=True):
+    """What one client may hold of the server."""
+
+    max_body: int = 1 << 20  # bytes of one request body
+    max_head: int = 16 << 10  # bytes of the request line and headers
+    max_headers: int = 64
+    max_pipelined: int = 16  # requests read ahead on one connection
+    max_connections: int = 1024
+    idle_timeout: float = 60.0  # seconds a kept-alive connection may wait for its next request
+    request_timeout: float = 10.0  # seconds from a request's first byte to its last
+
+
+class ServerCounts(msgspec.Struct, kw_only=True):
+    """What the server refused or closed (the service adds them to its stats)."""
+
+    bad_requests: int = 0  # unparseable: 400
+    too_large: int = 0  # 413 / 431
+    connections_refused: int = 0  # 503: over max_connections
+    timeouts: int = 0  # closed by the sweep: idle or slow
+
+
+class Request:
+    """One parsed request: method and path as text, header names lower-case, the whole body."""
+
+    __slots__ = ("method", "path", "headers", "body", "unix")
+
+    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes, unix: bool) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.unix = unix  # over the Unix socket (whose mode is the access control)
+
+
+Handler = Callable[[Request], Awaitable[tuple[int, bytes]]]
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def response_bytes(status: int, body: bytes, close: bool = False) -> bytes:
+    """One JSON response, head and body."""
+    reason = _REASONS.get(status, b"Unknown")
+    connection = b"Connection: close\r\n" if close else b""
+    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        status,
+        reason,
+        len(body),
+        connection,
+        body,
+    )
+
+
+def _error_body(text: str) -> bytes:
+    return msgspec.json.encode({"error": text})
+
+
+def _internal_error() -> tuple[int, bytes]:
+    log.exception("sidecar request failed")
+    return 500, _error_body("internal error")
+
+
+class _Refused(Exception):
+    """A bound was passed mid-parse: answered, and the connection closes."""
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: parse, queue, answer in order."""
+
+    def __init__(self, server: HTTPServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.unix = False
+        self.queue: deque[tuple[Request, bool]] = deque()
+        self.busy = False
+        self.write_paused = False
+        self.read_paused = False
+        self.closing = False
+        self.last_active = 0.0
+        self.started: float | None = None  # when the request being read began
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._head_bytes = 0  # of the request line and headers seen so far
+        self._in_head = False
+        self._fed = 0  # bytes fed while a head was incomplete (httptools holds a split header's pieces)
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+
+    # -- asyncio.Protocol ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        server = self.server
+        self.last_active = server.loop.time()
+        if len(server.connections) >= server.limits.max_connections:
+            server.counts.connections_refused += 1
+            self._fail(503, "too many connections")
+            return
+        server.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        self.unix = sock is not None and sock.family == socket.AF_UNIX
+        if not self.unix and sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.queue.clear()
+        self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_active = self.server.loop.time()
+        if self._in_head:  # httptools joins a split header's pieces itself: bound what it may hold
+            self._fed += len(data)
+            if self._fed > self.server.limits.max_head:
+                self._too_large(431, "request head too large")
+                return
+        try:
+            self.parser.feed_data(data)
+        except _Refused:
+            return
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Refused):
+                return
+            raise
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if not self.closing:
+                self.server.counts.bad_requests += 1
+                self._fail(400, "malformed HTTP request")
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._next()
+
+    # -- httptools callbacks -------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.started = self.server.loop.time()
+        self._url = b""
+        self._headers = {}
+        self._head_bytes = 0
+        self._in_head = True
+        self._fed = 0
+        self._body = []
+        self._body_bytes = 0
+
+    def _head(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > self.server.limits.max_head:
+            self._too_large(431, "request head too large")
+            raise _Refused
+
+    def on_url(self, url: bytes) -> None:
+        self._head(len(url))
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head(len(name) + len(value) + 4)
+        headers = self._headers
+        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        if len(headers) > self.server.limits.max_headers:
+            self._too_large(431, "too many header fields")
+            raise _Refused
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False  # the body has its own bound
+        if self.parser.should_upgrade():  # nothing here speaks another protocol on this connection
+            self.server.counts.bad_requests += 1
+            self._fail(400, "upgrade not supported")
+            raise _Refused
+        length = self._headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.server.limits.max_body:
+            self._too_large(413, f"body over {self.server.limits.max_body} bytes")
+            raise _Refused
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > self.server.limits.max_body:
+            self._too_large(413, f"body over {self.server.limits.max_body} bytes")
+            raise _Refused
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.started = None
+        parser = self.parser
+        url = self._url
+        query = url.find(b"?")
+        path = (url if query < 0 else url[:query]).decode("latin-1")
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        request = Request(parser.get_method().decode("latin-1"), path, self._headers, body, self.unix)
+        self.queue.append((request, parser.should_keep_alive()))
+        if len(self.queue) >= self.server.limits.max_pipelined and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        self._next()
+
+    # -- answering -------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Answer the oldest queued request, at once: its handler starts here, not in a task.
+
+        A local decision never waits for anything, so the handler's coroutine usually finishes on its
+        first step and the answer is written in the same callback that read the request. Scheduled
+        as a task instead, it would wait in the loop's ready queue behind whatever the broker
+        clients have ready, which is where most of a check's tail went (Python 3.11 has no eager
+        tasks). A handler that does wait goes on in a task (:meth:`_finish`)."""
+        while not (self.busy or self.write_paused or self.closing or not self.queue):
+            request, keep_alive = self.queue.popleft()
+            coro = self.server.handler(request)
+            try:
+                waiting = coro.send(None)
+            except StopIteration as done:
+                self._answer(done.value, keep_alive)
+                continue
+            except Exception:  # noqa: BLE001 - the handler answers its own errors; this is a bug's last stop
+                self._answer(_internal_error(), keep_alive)
+                continue
+            self.busy = True
+            self.server.loop.create_task(self._finish(coro, waiting, keep_alive))
+
+    async def _finish(self, coro: Any, waiting: Any, keep_alive: bool) -> None:
+        """Drive a handler that waited (``waiting``: the future it awaits, None to yield once) to its end."""
+        try:
+            while True:
+                if waiting is None:
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.wait((waiting,))  # the handler reads the outcome itself when resumed
+                try:
+                    waiting = coro.send(None)
+                except StopIteration as done:
+                    answer = done.value
+                    break
+                except Exception:  # noqa: BLE001 - as in _next
+                    answer = _internal_error()
+                    break
+        except asyncio.CancelledError:
+            coro.close()
+            raise
+        self.busy = False
+        self._answer(answer, keep_alive)
+        self._next()
+
+    def _answer(self, answer: tuple[int, bytes], keep_alive: bool) -> None:
+        if self.closing:
+            return
+        status, body = answer
+        self.transport.write(response_bytes(status, body, close=not keep_alive))
+        self.last_active = self.server.loop.time()
+        if not keep_alive:
+            self._close()
+            return
+        if self.read_paused and len(self.queue) < self.server.limits.max_pipelined:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def _too_large(self, status: int, text: str) -> None:
+        self.server.counts.too_large += 1
+        self._fail(status, text)
+
+    def _fail(self, status: int, text: str) -> None:
+        """Answer an error the parser found and close: what follows on the connection cannot be framed.
+
+        The answer goes out with a half-close, and what the client still sends is read and dropped
+        for a moment: closing outright with unread bytes would reset the connection, and the client
+        would lose the answer that says why."""
+        if self.closing:
+            return
+        transport = self.transport
+        transport.write(response_bytes(status, _error_body(text), close=True))
+        self.closing = True
+        self.queue.clear()
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.server.loop.call_later(LINGER, transport.close)
+        else:
+            transport.close()
+
+    def _close(self) -> None:
+        self.closing = True
+        self.queue.clear()
+        self.transport.close()
+
+    def sweep(self, now: float) -> None:
+        """Close the connection if it idled past ``idle_timeout`` or took too long over a request."""
+        limits = self.server.limits
+        if self.busy or self.queue or self.closing:
+            return
+        if self.started is not None:
+            if now - self.started > limits.request_timeout:
+                self.server.counts.timeouts += 1
+                self._fail(408, "request not received in time")
+        elif now - self.last_active > limits.idle_timeout:
+            self.server.counts.timeouts += 1
+            self._close()
+
+
+class HTTPServer:
+    """``await HTTPServer(handler, limits).start(host, port, socket_path)``; ``await .close()``."""
+
+    def __init__(self, handler: Handler, limits: ServerLimits | None = None, counts: Any = None) -> None:
+        self.handler = handler
+        self.limits = limits or ServerLimits()
+        self.counts = counts if counts is not None else ServerCounts()  # any object with ServerCounts' fields
+        self.connections: set[_Connection] = set()
+        self.loop = asyncio.get_running_loop()
+        self._servers: list[asyncio.Server] = []
+        self._sweeper: asyncio.Task | None = None
+
+    def _protocol(self) -> _Connection:
+        return _Connection(self)
+
+    async def start(self, host: str | None, port: int, socket_path: str | None) -> list[str]:
+        """Listen on ``host:port`` (when ``host``) and on the Unix socket ``socket_path`` (mode 0600);
+        the URLs served."""
+        urls = []
+        try:
+            if host is not None:
+                server = await self.loop.create_server(self._protocol, host, port, reuse_address=True)
+                self._servers.append(server)
+                for sock in server.sockets:
+                    address = sock.getsockname()
+                    h = f"[{address[0]}]" if ":" in address[0] else address[0]
+                    urls.append(f"http://{h}:{address[1]}")
+            if socket_path is not None:
+                _clear_stale_socket(socket_path)
+                old = os.umask(0o177)  # the socket is born 0600: no window in which others may connect
+                try:
+                    self._servers.append(await self.loop.create_unix_server(self._protocol, socket_path))
+                finally:
+                    os.umask(old)
+                os.chmod(socket_path, 0o600)
+                urls.append(f"unix:{socket_path}")
+        except BaseException:
+            await self.close()
+            raise
+        self._sweeper = self.loop.create_task(self._sweep(), name="loopwarden-sidecar-sweep")
+        return urls
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            now = self.loop.time()
+            for conn in list(self.connections):
+                conn.sweep(now)
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Stop listening, let answers under way finish for up to ``grace`` seconds, close every connection."""
+        for server in self._servers:
+            server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        deadline = self.loop.time() + grace
+        while any(c.busy for c in self.connections) and self.loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn._close()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Remove a socket left by an earlier run; anything else at ``path`` is an error, never removed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"{path} exists and is not a socket")
+    os.unlink(path)
