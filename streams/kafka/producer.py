@@ -29,6 +29,34 @@ log = logging.getLogger(__name__)
 PARTITION_MEMO = 65536  # keys whose partition is remembered; emptied wholesale when full
 
 
+class PartitionMemo:
+    """The default partitioner's choice for keyed records, remembered per key.
+
+    aiokafka hashes every keyed record's key with murmur2 in Python (about 10 µs a record); all
+    of a run's events and verdicts carry the run's key. Used by the worker's producer and the
+    runner's outbox."""
+
+    def __init__(self, size: int = PARTITION_MEMO) -> None:
+        self.size = size
+        self._partitioner = DefaultPartitioner()
+        self._partitions: dict[tuple[str, bytes, int], int] = {}
+
+    def partition(self, producer: AIOKafkaProducer, topic: str, key: bytes) -> int | None:
+        """None while the topic's metadata is unknown (aiokafka then waits for it and partitions the
+        record itself); a change in the partition count is a new entry."""
+        parts = producer.client.cluster.partitions_for_topic(topic)
+        if not parts:
+            return None
+        memo = self._partitions
+        slot = (topic, key, len(parts))
+        found = memo.get(slot)
+        if found is None:
+            if len(memo) >= self.size:
+                memo.clear()
+            found = memo[slot] = self._partitioner(key, sorted(parts), list(parts))
+        return found
+
+
 class RecordProducer:
     """Started on first use (a broker that is down at start is the committer's retry, not a crash)."""
 
@@ -38,8 +66,7 @@ class RecordProducer:
         self.signer = signer
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
-        self._partitioner = DefaultPartitioner()
-        self._partitions: dict[tuple[str, bytes, int], int] = {}
+        self.partitions = PartitionMemo()
 
     def kwargs(self) -> dict[str, Any]:
         s = self.settings
@@ -57,28 +84,9 @@ class RecordProducer:
         """Hand one record over; returns its delivery future."""
         producer = self._producer or await self._start()
         if partition is None and key is not None:
-            partition = self.partition(producer, topic, key)
+            partition = self.partitions.partition(producer, topic, key)
         headers = self.signer.headers(topic, key, value) if self.signer is not None else None
         return await producer.send(topic, value, key=key, partition=partition, headers=headers)
-
-    def partition(self, producer: AIOKafkaProducer, topic: str, key: bytes) -> int | None:
-        """The default partitioner's choice for a keyed record, remembered per key.
-
-        aiokafka hashes every keyed record's key with murmur2 in Python; a run's verdicts all
-        carry the run's key. None while the topic's metadata is unknown (aiokafka then waits for
-        it and partitions the record itself); a change in the partition count is a new entry.
-        """
-        parts = producer.client.cluster.partitions_for_topic(topic)
-        if not parts:
-            return None
-        memo = self._partitions
-        slot = (topic, key, len(parts))
-        found = memo.get(slot)
-        if found is None:
-            if len(memo) >= PARTITION_MEMO:
-                memo.clear()
-            found = memo[slot] = self._partitioner(key, sorted(parts), list(parts))
-        return found
 
     async def _start(self) -> AIOKafkaProducer:
         async with self._lock:

@@ -110,6 +110,7 @@ class LoopClient:
             from loopwarden.runner.local import LocalDecider, fleet_config
 
             self._local = LocalDecider(fleet_config(config), self.settings.max_local_runs)
+        self.settings = self.settings.for_mode(local=self._local is not None)
 
     def _count_fallback(self) -> None:
         self.stats.encode_fallbacks += 1
@@ -130,7 +131,7 @@ class LoopClient:
         s = self.settings
         return AIOKafkaProducer(
             bootstrap_servers=s.servers,
-            linger_ms=s.linger_ms,
+            linger_ms=0,  # the outbox lingers (``linger_ms``) and hands a whole batch over in one step
             acks=1,
             enable_idempotence=False,
             request_timeout_ms=s.request_timeout_ms,
@@ -178,6 +179,7 @@ class LoopClient:
             log_interval=s.outage_log_interval,
             max_buffered_bytes=s.max_buffered_bytes,
             max_event_bytes=s.max_event_bytes,
+            linger=(s.linger_ms or 0) / 1000,
             on_sent=self._on_sent,
             on_dropped=self._on_dropped,
             on_failed=self._on_failed,

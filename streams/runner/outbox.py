@@ -41,8 +41,10 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from loopwarden.kafka.errors import is_permanent
+from loopwarden.kafka.producer import PartitionMemo
 
 log = logging.getLogger(__name__)
+SEND_BATCH = 256  # records handed to the producer in one step (one timeout, one yield to the loop)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -187,6 +189,7 @@ class Outbox:
         log_interval: float = 60.0,
         max_buffered_bytes: int = 64 << 20,
         max_event_bytes: int = 1 << 20,
+        linger: float = 0.0,
         on_sent: Callable[[], Any] | None = None,
         on_dropped: Callable[[], Any] | None = None,
         on_failed: Callable[[], Any] | None = None,
@@ -200,6 +203,8 @@ class Outbox:
         self.max_event_bytes = max(1, max_event_bytes)
         self.send_timeout = send_timeout
         self.close_timeout = close_timeout
+        self.linger = linger
+        self.partitions = PartitionMemo()
         self.backoff_max = backoff_max
         self.outage = Outage("event producer", log_interval)
         self.too_large = Throttled("events over max_event_bytes dropped", log_interval)
@@ -302,11 +307,24 @@ class Outbox:
             if not self._unsent:
                 self._wake.clear()
                 await self._wake.wait()
+                if self.linger > 0 and len(self._unsent) < SEND_BATCH:
+                    await asyncio.sleep(self.linger)  # gather what comes meanwhile: one step sends it all
                 continue
+            producer = self._producer
             item = self._unsent[0]
             try:
                 async with asyncio.timeout(self.send_timeout):
-                    delivery = await self._producer.send(item.topic, item.value, key=item.key)
+                    for _ in range(SEND_BATCH):
+                        partition = (
+                            None if item.key is None else self.partitions.partition(producer, item.topic, item.key)
+                        )
+                        delivery = await producer.send(item.topic, item.value, key=item.key, partition=partition)
+                        self._unsent.popleft()
+                        self._inflight.append(item)
+                        delivery.add_done_callback(lambda d, item=item: self._delivered(d, item))
+                        if delivery.done() or not self._unsent or self._broken:
+                            break  # an outcome known at once is seen (next step) before more are sent
+                        item = self._unsent[0]
             except Exception as exc:  # noqa: BLE001 - KafkaError, timeout: the item stays at the head
                 if is_permanent(exc):  # retrying cannot cure it: drop this one, the rest go on
                     self._unsent.popleft()
@@ -317,10 +335,7 @@ class Outbox:
                 await asyncio.sleep(backoff)
                 backoff = min(self.backoff_max, backoff * 2)
                 continue
-            self._unsent.popleft()
-            self._inflight.append(item)
-            delivery.add_done_callback(lambda d, item=item: self._delivered(d, item))
-            await asyncio.sleep(0)  # a delivery that failed at once is seen before the next send
+            await asyncio.sleep(0)  # a delivery that failed at once is seen before the next batch
 
     def _delivered(self, delivery: asyncio.Future, item: _Item) -> None:
         # Always read the outcome: an unread failed future logs "exception was never retrieved".

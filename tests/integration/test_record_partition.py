@@ -41,8 +41,8 @@ def test_a_keyed_record_lands_where_aiokafka_itself_would_put_it(tansu, names):
                 mine = await (await ours.send(topic, key, b"{}"))
                 theirs = await (await plain.send(topic, b"{}", key=key))
                 assert mine.partition == theirs.partition, key
-            assert len(ours._partitions) == len(keys)
-            assert len(set(ours._partitions.values())) > 1  # spread, not one partition
+            assert len(ours.partitions._partitions) == len(keys)
+            assert len(set(ours.partitions._partitions.values())) > 1  # spread, not one partition
         finally:
             await plain.stop()
             await ours.stop()

@@ -139,8 +139,18 @@ def test_settings_from_env():
     s = ClientSettings.from_env(
         {"LOOPWARDEN_RUNNER_FETCH_WAIT_MS": "5", "LOOPWARDEN_RUNNER_CONTROL_TOPIC": "c"}, check_timeout=0.5
     )
-    assert (s.fetch_wait_ms, s.control_topic, s.check_timeout, s.linger_ms) == (5, "c", 0.5, 0)
+    assert (s.fetch_wait_ms, s.control_topic, s.check_timeout, s.linger_ms) == (5, "c", 0.5, None)
     assert msgspec.structs.asdict(ClientSettings.from_env({})) == msgspec.structs.asdict(ClientSettings())
+
+
+def test_linger_and_fetch_wait_follow_the_mode_unless_set():
+    """Asking the worker, a check waits on both (0 and 10 ms); deciding locally, none does (5 and 100)."""
+    local = {"tools": {"loopDetection": {"enabled": True}}}
+    worker, here = LoopClient(bootstrap="127.0.0.1:1"), LoopClient(bootstrap="127.0.0.1:1", config=local)
+    assert (worker.settings.linger_ms, worker.settings.fetch_wait_ms) == (0, 10)
+    assert (here.settings.linger_ms, here.settings.fetch_wait_ms) == (5, 100)
+    given = LoopClient(bootstrap="127.0.0.1:1", config=local, linger_ms=0, fetch_wait_ms=20)
+    assert (given.settings.linger_ms, given.settings.fetch_wait_ms) == (0, 20)
 
 
 def test_runner_and_worker_agree_on_the_run_key_for_odd_run_ids():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from types import SimpleNamespace
 
 import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
@@ -20,6 +21,7 @@ class Producer:
 
     def __init__(self, world: dict) -> None:
         self.world = world
+        self.client = SimpleNamespace(cluster=SimpleNamespace(partitions_for_topic=lambda topic: {0, 1, 2}))
 
     async def start(self) -> None:
         self.world["starts"] += 1
@@ -27,7 +29,7 @@ class Producer:
     async def stop(self) -> None:
         pass
 
-    async def send(self, topic, value, key=None):
+    async def send(self, topic, value, key=None, partition=None):
         if value.startswith(b"big"):
             raise MessageSizeTooLargeError("The message is 2000000 bytes when serialized")
         fut = asyncio.get_running_loop().create_future()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -182,6 +183,7 @@ class FakeProducer:
 
     def __init__(self, world: dict) -> None:
         self.world = world
+        self.client = SimpleNamespace(cluster=SimpleNamespace(partitions_for_topic=lambda topic: {0, 1, 2}))
 
     async def start(self) -> None:
         if self.world["down"] > 0:
@@ -191,7 +193,7 @@ class FakeProducer:
     async def stop(self) -> None:
         pass
 
-    async def send(self, topic, value, key=None):
+    async def send(self, topic, value, key=None, partition=None):
         fut = asyncio.get_running_loop().create_future()
         if self.world["fail_next"] > 0:
             self.world["fail_next"] -= 1
