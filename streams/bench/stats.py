@@ -47,3 +47,26 @@ class CpuMeter:
         wall = max(1e-9, time.monotonic() - self._t0)
         now = self._now()
         return {k: round(100 * (now[k] - self._start.get(k, now[k])) / wall, 1) for k in now}
+
+
+def machine_stalls(seconds: float = 2.0) -> dict[str, float]:
+    """How often this machine takes the CPU away: a loop reading the clock for ``seconds`` counts the
+    gaps over 0.2 ms and over 1 ms (per second) and the longest. On a shared or virtual machine they
+    set the floor of any p99 under a millisecond, so latency benches report them beside their tails."""
+    start = last = time.perf_counter()
+    end = start + seconds
+    over_02 = over_1 = 0
+    longest = 0.0
+    while last < end:
+        now = time.perf_counter()
+        gap = now - last
+        if gap > 2e-4:
+            over_02 += 1
+            over_1 += gap > 1e-3
+            longest = max(longest, gap)
+        last = now
+    return {
+        "gaps_over_0.2ms_per_s": round(over_02 / seconds, 1),
+        "gaps_over_1ms_per_s": round(over_1 / seconds, 1),
+        "longest_gap_ms": round(longest * 1e3, 3),
+    }
