@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import loopwarden.hooks as hooks_package
 from loopwarden.bench.stats import percentile
+from loopwarden.hooks.install import hook_command
 from loopwarden.hooks.service import Service
 from loopwarden.sidecar.process import SidecarProcess
 
@@ -105,12 +107,13 @@ def run(args: argparse.Namespace) -> int:
         floor = [("python -S -c pass", [py, "-S", "-c", "pass"]), ("python -c pass", [py, "-c", "pass"])]
         for name, argv in floor:
             rows.append((name, "-", _time(argv, base_env, args.runs, args.warmup, args.host)))
+        plain = argparse.Namespace(command=None, agent_id=None, url=None, token_file=None)
+        installed = shlex.split(hook_command(args.host, plain))
         hooks = [
+            # what `loopwarden hook install` writes: no site, the launcher loads the package itself
+            (f"as installed: python -S .../hooks/run.py {args.host}", installed, {}),
             (f"python -m loopwarden.hooks {args.host}", [py, "-m", "loopwarden.hooks", args.host], {}),
             (f"loopwarden hook {args.host}", [script, "hook", args.host], {}),
-            # the package found on PYTHONPATH, no site: the interpreter start without this venv's
-            # editable-install finder (a .pth hook that imports pathlib and more at every start)
-            (f"python -S -m loopwarden.hooks {args.host}", [py, "-S", "-m", "loopwarden.hooks", args.host], bare),
         ]
         for state, target in (("up", url), ("down", down)):
             for name, argv, extra in hooks:
@@ -137,19 +140,23 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"one hook run, process start to exit ({args.runs} runs each, load average {load:.2f}, {os.cpu_count()} CPUs)"
     )
-    print(f"{'command':<40} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
+    print(f"{'command':<50} {'service':>7} {'min':>7} {'median':>7} {'p95':>7}  ms")
     for name, state, ms in rows:
-        print(f"{name:<40} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
+        print(f"{name:<50} {state:>7} {ms[0]:7.1f} {percentile(ms, 0.5):7.1f} {percentile(ms, 0.95):7.1f}")
     print(
-        f"{'round trip: one /v1/check, new connection':<40} {'up':>7} {trips[0]:7.2f} "
+        f"{'round trip: one /v1/check, new connection':<50} {'up':>7} {trips[0]:7.2f} "
         f"{percentile(trips, 0.5):7.2f} {percentile(trips, 0.95):7.2f}"
     )
     inner.sort()
     print(
-        f"{'in-process: import + exchange (up)':<40} {'up':>7} {inner[0]:7.1f} {percentile(inner, 0.5):7.1f} "
+        f"{'in-process: import + exchange (up)':<50} {'up':>7} {inner[0]:7.1f} {percentile(inner, 0.5):7.1f} "
         f"{percentile(inner, 0.95):7.1f}"
     )
-    floor_median = percentile(rows[1][2], 0.5)
+    bare_s, bare_site = percentile(rows[0][2], 0.5), percentile(rows[1][2], 0.5)
     for name, state, ms in rows[2:]:
-        print(f"{name} ({state}): median {percentile(ms, 0.5) - floor_median:+.1f} ms over a bare 'python -c pass'")
+        median = percentile(ms, 0.5)
+        print(
+            f"{name} ({state}): median {median - bare_s:+.1f} ms over 'python -S -c pass', "
+            f"{median - bare_site:+.1f} ms over 'python -c pass'"
+        )
     return 0

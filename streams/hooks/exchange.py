@@ -9,15 +9,19 @@ service's own Claude Code endpoint drives it in-process, so both answer alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator
 
 from loopwarden.hooks.hosts import COMPACT, POST, PRE, PROMPT, STOP, HookEvent, Host
+
+TYPE_CHECKING = False  # typing itself is not imported: the hook path loads only what it runs
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
+    Exchange = Generator[tuple[str, dict], "dict | None", "dict | None"]
 
 MAX_MESSAGE = 4000  # characters of verdict text handed to a model
 MAX_RESULT = 64 << 10  # bytes of a tool's result sent as is; larger ones are sent as a digest
 
 Request = tuple[str, dict]
-Exchange = Generator[Request, "dict | None", "dict | None"]
 
 
 def _message(decision: dict, fallback: str) -> str:
@@ -85,6 +89,12 @@ def _post(host: Host, ev: HookEvent, base: dict) -> Exchange:
     else:
         body["result"] = _bounded(ev.result)
     answer = yield "/v1/result", body
+    abort = answer.get("abort") if answer else None
+    if isinstance(abort, dict):  # the run is aborted: end the session where the host allows it here
+        out = host.abort(ev, _message(abort, "Run aborted by loop detection."))
+        if out is not None:
+            yield from _ack(base, abort.get("run_id") or ev.run_id, abort)
+        return out
     warning = answer.get("warning") if answer else None
     if host.warns_before or not isinstance(warning, dict):
         return None

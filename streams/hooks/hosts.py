@@ -68,7 +68,9 @@ class Host:
         return {"hookSpecificOutput": out}
 
     def abort(self, ev: HookEvent, message: str) -> dict | None:
-        return {"continue": False, "stopReason": message} | (self.deny(ev, message) or {})
+        """End the session; before a call, also refuse the call (after one, there is none to refuse)."""
+        stop = {"continue": False, "stopReason": message}
+        return stop | (self.deny(ev, message) or {}) if ev.kind == PRE else stop
 
     def context(self, ev: HookEvent, message: str) -> dict | None:
         return {"hookSpecificOutput": {"hookEventName": ev.name, "additionalContext": message}}
@@ -202,7 +204,8 @@ class Cursor(Host):
         return {"permission": "deny", "user_message": message, "agent_message": message}
 
     def abort(self, ev: HookEvent, message: str) -> dict | None:
-        return self.deny(ev, message)
+        """Cursor's hooks cannot end the session: refuse the call, or after one tell the model."""
+        return self.deny(ev, message) if ev.kind == PRE else self.context(ev, message)
 
     def context(self, ev: HookEvent, message: str) -> dict | None:
         return {"additional_context": message} if ev.name == "postToolUse" else None

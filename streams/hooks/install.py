@@ -23,7 +23,7 @@ HOOK_TIMEOUT = 10  # seconds the host waits for one hook run (the hook itself fa
 # The host's hook events the command answers, per host (HOOKS.md has what each one does).
 EVENTS = {
     "claude-code": ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop", "PreCompact"),
-    "codex": ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"),
+    "codex": ("UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact"),
     "gemini": ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "PreCompress"),
     "cursor": ("beforeSubmitPrompt", "preToolUse", "postToolUse", "postToolUseFailure", "stop"),
 }
@@ -43,12 +43,25 @@ def settings_file(host: str, directory: Path, user: bool) -> Path:
     return (home if user else directory) / ".cursor" / "hooks.json"
 
 
+LAUNCHER = Path(__file__).resolve().with_name("run.py")
+# what marks a hook entry as ours (earlier installs: the module, the CLI, a launcher in a clone or an install)
+OUR_MARKS = (
+    "loopwarden.hooks",
+    "loopwarden hook ",
+    "/loopwarden/hooks/run.py",
+    "/streams/hooks/run.py",
+    str(LAUNCHER),
+    "/v1/hooks/claude-code",
+)
+
+
 def hook_command(host: str, args: argparse.Namespace) -> str:
-    """The command line the host runs: this interpreter, ``-m loopwarden.hooks`` (no PATH needed)."""
+    """The command line the host runs: this interpreter without ``site`` (``-S``) on the hook's
+    launcher, ``hooks/run.py`` (no PATH needed; about half the start of ``-m loopwarden.hooks``)."""
     if args.command:
         argv = shlex.split(args.command) + [host]
     else:
-        argv = [sys.executable, "-m", "loopwarden.hooks", host]
+        argv = [sys.executable, "-S", str(LAUNCHER), host]
     for flag, value in (("--agent-id", args.agent_id), ("--url", args.url), ("--token-file", args.token_file)):
         if value:
             argv += [flag, value]
@@ -88,7 +101,7 @@ def snippet(host: str, args: argparse.Namespace) -> dict[str, Any]:
 def _ours(entry: Any) -> bool:
     """A hook entry (or group) that loopwarden installed."""
     text = json.dumps(entry)
-    return "loopwarden.hooks" in text or "loopwarden hook " in text or "/v1/hooks/claude-code" in text
+    return any(mark in text for mark in OUR_MARKS)
 
 
 def merge(current: dict[str, Any], block: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-id", help="the agent id the service sees (default: the host's name)")
     p.add_argument("--url", help="the decision service (default: $LOOPWARDEN_SIDECAR_URL or http://127.0.0.1:7766)")
     p.add_argument("--token-file", help="bearer token file, for a service beyond loopback")
-    p.add_argument("--command", help="the hook command before HOST (default: this Python, -m loopwarden.hooks)")
+    p.add_argument("--command", help="the hook command before HOST (default: this Python, -S, hooks/run.py)")
     p.add_argument(
         "--http",
         action="store_true",
@@ -150,12 +163,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def precompile() -> int:
+    """Write the bytecode of what a hook run loads (the package's ``__init__`` and ``hooks/``); how many.
+
+    A hook run compiles any module whose bytecode is missing or stale, each time, where bytecode is
+    not written (``PYTHONDONTWRITEBYTECODE``, a read-only install): a few ms per module per call.
+    ``py_compile`` writes it whatever that setting; a folder it cannot write is left as it is."""
+    import py_compile
+
+    done = 0
+    for source in [LAUNCHER.parent.parent / "__init__.py", *sorted(LAUNCHER.parent.glob("*.py"))]:
+        try:
+            py_compile.compile(str(source), doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            continue
+        done += 1
+    return done
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.http and args.host != "claude-code":
         print("loopwarden hook install: --http is for claude-code only (the other hosts run commands)", file=sys.stderr)
         return 2
     block = snippet(args.host, args)
+    if not args.http and not args.command:
+        precompile()
     if args.print:
         print(json.dumps(block, indent=2))
         return 0

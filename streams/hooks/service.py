@@ -49,6 +49,17 @@ def parse_url(url: str) -> tuple[str | None, str, int, str]:
     return None, host or "127.0.0.1", int(port or 80), (slash + prefix).rstrip("/")
 
 
+def _address_family(host: str) -> int | None:
+    """AF_INET or AF_INET6 for an IP address literal, None for a host name."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return family
+    return None
+
+
 def _dechunk(body: bytes) -> bytes:
     out, pos = [], 0
     while True:
@@ -79,7 +90,17 @@ class Service:
                 sock.close()
                 raise
             return sock
-        sock = socket.create_connection((host, port), timeout=self.timeout)
+        family = _address_family(host)
+        if family is None:  # a host name: resolved (getaddrinfo imports the idna codec, ~2 ms)
+            sock = socket.create_connection((host, port), timeout=self.timeout)
+        else:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect((host, port))
+            except OSError:
+                sock.close()
+                raise
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 

@@ -213,7 +213,7 @@ class Service:
             elif decision.action in ("block", "abort") and result is not UNSET:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
-            return api.Ok(paired=True, warning=_warning(decision, ref))
+            return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref))
         self.stats.results_unpaired += 1
         call = ToolCall(
             agent_id=ref.agent_id,
@@ -226,7 +226,17 @@ class Service:
         if req.blocked:
             result = blocked_tool_result("Tool call blocked by loop detection.")
         await self.client.tool_result(call, result=result, error=req.error)
-        return api.Ok(paired=False)
+        return api.Ok(paired=False, abort=self._abort(ref))
+
+    def _abort(self, ref: wire.RunRef) -> api.Warning | None:
+        """The run's abort, if it has one: the post-compaction guard aborts on a result, and a worker's
+        abort may land while a call runs. Hosts that can end a session only after a call (Codex) do
+        it with this answer instead of waiting for the run's next check."""
+        state = self.client.state(ref.key)
+        if state is None or state.aborted is None:
+            return None
+        verdict = state.aborted
+        return api.Warning(message=verdict_text(verdict), verdict_id=verdict.verdict_id, run_id=ref.run_id or "")
 
     async def ack(self, req: api.AckRequest) -> api.Ok:
         ref = self._ref(req)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -30,6 +31,7 @@ class Recorder(ThreadingHTTPServer):
         self.seen: list[tuple[str, dict, dict]] = []  # (path, body, headers)
         self.action = "allow"
         self.warning: dict | None = None  # what /v1/result hands back: the call's check warned
+        self.abort: dict | None = None  # what /v1/result hands back: the run is aborted
 
     @property
     def url(self) -> str:
@@ -64,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "tool_call_id": body.get("tool_call_id") or "call-made-by-service",
             }
         elif self.path == "/v1/result":
-            out = {"ok": True, "paired": True, "warning": self.server.warning}
+            out = {"ok": True, "paired": True, "warning": self.server.warning, "abort": self.server.abort}
         elif self.path == "/v1/run_start":
             out = {"run_id": body.get("run_id") or "r-new"}
         else:
@@ -204,6 +206,36 @@ def test_codex_names_the_run_by_turn_and_cannot_end_the_session_before_a_call(se
     assert service.seen[0][1]["run_id"] == "t-1" and service.seen[0][1]["agent_id"] == "codex"
 
 
+def test_codex_compaction_arms_the_guard_for_its_turn(service: Recorder) -> None:
+    """Codex's PreCompact input (its schema: session_id, turn_id, trigger) reports a compaction of the run."""
+    assert "PreCompact" in install.EVENTS["codex"]
+    pre = {"session_id": "s-x", "turn_id": "t-4", "hook_event_name": "PreCompact", "trigger": "auto"}
+    assert hook("codex", pre | {"cwd": "/w", "model": "m", "transcript_path": None}) == (None, "")
+    assert service.seen[0][:2] == (
+        "/v1/compaction",
+        {"agent_id": "codex", "session_id": "s-x", "run_id": "t-4", "reason": "auto"},
+    )
+
+
+def test_an_abort_answered_with_a_result_ends_the_session_where_the_host_allows_it(service: Recorder) -> None:
+    """The post-compaction guard aborts on a result, and a worker's abort may land while a call runs:
+    the result's answer carries it. Codex ends a session only from PostToolUse (or Stop), so this is
+    where it ends; Claude Code ends there too; Cursor cannot end one and tells the model."""
+    service.abort = {"message": "ABORT: the loop outlived the compaction", "verdict_id": "v-a", "run_id": "t-1"}
+    post = {"session_id": "s-x", "turn_id": "t-1", "hook_event_name": "PostToolUse", "tool_name": "Bash"}
+    post |= {"tool_use_id": "call_1", "tool_input": {"command": "ls"}, "tool_response": "same"}
+    out, _ = hook("codex", post)
+    assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
+    assert service.paths() == ["/v1/result", "/v1/ack"] and service.seen[1][1]["verdict_id"] == "v-a"
+    out, _ = hook("claude-code", post | {"prompt_id": "p-1"})
+    assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
+    cursor = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Shell"}
+    out, _ = hook("cursor", cursor | {"tool_input": {}, "tool_output": "same"})
+    assert out == {"additional_context": "ABORT: the loop outlived the compaction"}
+    service.abort = None
+    assert hook("codex", post)[0] is None  # a healthy run's result: nothing to say
+
+
 def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorder) -> None:
     pre = {"session_id": "s-g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command"}
     pre["tool_input"] = {"command": "ls"}
@@ -299,6 +331,39 @@ def test_bad_input_and_bad_arguments_allow() -> None:
     assert "host is one of" in run_hook(["vim"], b"{}")[1]
 
 
+def test_the_installed_command_runs_without_site_and_loads_only_the_standard_library(service: Recorder) -> None:
+    """What ``hook install`` writes, run as written: ``python -S hooks/run.py HOST``. Without ``site``
+    only the standard library is on sys.path, so the launcher loads the package from its own folder;
+    the run answers the host, and (``-X importtime`` lists every import) loads no site, no third-party
+    package, nothing of loopwarden beyond the hooks, and not typing, runpy or the idna codec."""
+    argv = shlex.split(install.hook_command("claude-code", _args("claude-code")))
+    assert argv[:2] == [sys.executable, "-S"] and argv[2].endswith("/hooks/run.py") and argv[3] == "claude-code"
+    event = {"session_id": "s1", "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_use_id": "t9"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"LOOPWARDEN_SIDECAR_URL": service.url}
+    service.action = "block"
+    proc = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]],
+        input=json.dumps(event | {"tool_input": {"command": "ls"}}).encode(),
+        env=env,
+        capture_output=True,
+        cwd="/",
+    )
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert service.paths()[0] == "/v1/check"
+    mods = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
+    assert "loopwarden.hooks.command" in mods and "site" not in mods
+    assert {m for m in mods if m.startswith("loopwarden")} <= {
+        "loopwarden",
+        "loopwarden.hooks",
+        "loopwarden.hooks.command",
+        "loopwarden.hooks.exchange",
+        "loopwarden.hooks.hosts",
+        "loopwarden.hooks.service",
+    }
+    assert not mods & {"msgspec", "typing", "argparse", "http.client", "asyncio", "encodings.idna", "runpy"}
+
+
 def test_the_hook_path_imports_nothing_heavy() -> None:
     """The host starts the hook twice per tool call: no runner, msgspec, aiokafka, argparse or http.client."""
     code = (
@@ -333,8 +398,22 @@ def test_install_merges_into_existing_settings_and_is_idempotent(tmp_path: Path)
     assert settings["model"] == "opus"
     pre = settings["hooks"]["PreToolUse"]
     assert pre[0] == mine and len(pre) == 2
-    assert pre[1]["hooks"][0]["command"].endswith("-m loopwarden.hooks claude-code --agent-id dev-2")
+    assert pre[1]["hooks"][0]["command"].endswith("/hooks/run.py claude-code --agent-id dev-2")
     assert set(settings["hooks"]) == set(install.EVENTS["claude-code"])
+
+
+def test_install_writes_the_bytecode_a_hook_run_loads() -> None:
+    """Where bytecode is not written by default (PYTHONDONTWRITEBYTECODE, as on this project's CI), each
+    hook run would compile the hooks' sources again: install writes it."""
+    import importlib.util
+
+    sources = [install.LAUNCHER.parent.parent / "__init__.py", *install.LAUNCHER.parent.glob("*.py")]
+    cached = [Path(importlib.util.cache_from_source(str(s))) for s in sources]
+    for pyc in cached:
+        pyc.unlink(missing_ok=True)
+    assert install.main(["codex", "--print"]) == 0
+    assert all(pyc.exists() for pyc in cached)
+    assert install.precompile() == len(sources)
 
 
 def test_install_refuses_to_rewrite_a_file_it_cannot_read(tmp_path: Path) -> None:

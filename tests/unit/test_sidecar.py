@@ -291,11 +291,20 @@ async def test_an_abort_answers_every_later_check_and_run_end_acks_it(http):
     abort, and run_end acknowledges it once."""
     client, svc, out = await http()
     await client.post("/v1/compaction", json={**AGENT, "reason": "context overflow"})
-    answers = await loop_calls(client, 3)
+    answers, results = [], []
+    for _ in range(3):
+        a = await (await client.post("/v1/check", json={**AGENT, "tool_name": "read", "params": {"path": "a"}})).json()
+        answers.append(a)
+        result = {"run_id": a["run_id"], "tool_call_id": a["tool_call_id"], "result": {"text": "same"}}
+        results.append(await (await client.post("/v1/result", json={**AGENT, **result})).json())
     assert {a["action"] for a in answers} == {"allow"}
+    # the third identical outcome after the compaction aborts the run: its result's answer says so
+    assert [r["abort"] is not None for r in results] == [False, False, True]
+    assert results[2]["abort"]["run_id"] == answers[0]["run_id"] and results[2]["abort"]["message"]
     later = [await (await client.post("/v1/check", json={**AGENT, "tool_name": "read"})).json() for _ in range(2)]
     assert [(a["action"], a["source"], a["proceed"]) for a in later] == [("abort", "aborted", False)] * 2
     assert later[0]["detector"] == "compaction_loop_persisted" and later[0]["verdict_id"] == later[1]["verdict_id"]
+    assert later[0]["verdict_id"] == results[2]["abort"]["verdict_id"]
     await client.post("/v1/run_end", json=AGENT)
     acks = of_type(out, "VerdictAck")
     assert [(a.verdict_id, a.outcome) for a in acks] == [(later[0]["verdict_id"], "applied")]
