@@ -57,7 +57,8 @@ class VerdictListener:
         on_foreign: Callable[[], None] | None = None,
         on_rejected: Callable[[], None] | None = None,
     ) -> None:
-        self.settings = settings
+        # settings not resolved by a client (fetch wait unset): the gate's, which a waiting check needs
+        self.settings = settings if settings.fetch_wait_ms is not None else settings.for_mode(local=False)
         self.handler = handler
         self.on_undecodable = on_undecodable
         # The control topic carries the whole fleet's verdicts: a record keyed by a run this runner
