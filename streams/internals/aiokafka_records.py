@@ -12,10 +12,19 @@ one mark (:func:`loopwarden.kafka.records.unreadable`: no key, no value, the hea
 cannot be read at all (CRC, compression) becomes one mark at its first offset; the consumer's
 position moves past the whole batch, as aiokafka moves past every batch it reads.
 
+A compressed batch is decompressed with a bound (:data:`MAX_DECOMPRESSED`): a gzip batch of a
+megabyte can expand to a gigabyte, and aiokafka would hold all of it. :func:`install` also puts
+bounded decoders in the names aiokafka's batch readers call, so a batch past the bound fails like
+a broken one and becomes one mark. gzip (the standard library's, always available) is cut off as
+it decompresses; snappy, lz4 and zstd need cramjam, which loopwarden does not install, and its
+decoders take no bound, so theirs are checked after decompressing.
+
 Process-wide and idempotent; every reader calls :func:`install` before it starts its consumer.
 
 Private aiokafka names used (aiokafka < 0.15; checked by tests/unit/test_internals_contract.py):
-``aiokafka.consumer.fetcher.MemoryRecords`` (the name the fetcher builds record sets with),
+``aiokafka.consumer.fetcher.MemoryRecords`` (the name the fetcher builds record sets with), the
+codec names the batch readers call (``gzip_decode``, ``snappy_decode``, ``lz4_decode``,
+``zstd_decode`` in ``aiokafka.record.default_records``, ``legacy_records`` and their C twins),
 ``aiokafka.record.memory_records._MemoryRecordsPy`` (its ``_next_slice``), and
 ``aiokafka.record.default_records._DefaultRecordBatchPy`` (``_maybe_uncompress``, ``_read_msg``,
 ``_buffer``, ``_pos``, ``_next_record_index``, ``_num_records``).
@@ -26,9 +35,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+from aiokafka import codec
 from aiokafka.consumer import fetcher
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import _DefaultRecordBatchPy
@@ -40,6 +51,52 @@ from loopwarden.kafka.records import UNREADABLE
 log = logging.getLogger(__name__)
 
 _MAGIC_AT = 16  # base offset (8) + batch length (4) + partition leader epoch (4)
+MAX_DECOMPRESSED = 64 << 20  # bytes one compressed batch may expand to (64 records at the 1 MiB event bound)
+
+
+class DecompressionBound(ValueError):
+    """A compressed batch expands past :data:`MAX_DECOMPRESSED`."""
+
+
+def bounded_gzip_decode(payload: Any) -> bytes:
+    """gzip members one after another, as ``gzip.GzipFile`` reads them, stopped at the bound."""
+    limit = MAX_DECOMPRESSED
+    data, out, size = bytes(payload), [], 0
+    while data:
+        inflater = zlib.decompressobj(wbits=31)
+        chunk = inflater.decompress(data, limit - size + 1)
+        size += len(chunk)
+        if size > limit or inflater.unconsumed_tail:
+            raise DecompressionBound(f"compressed batch expands past {limit} bytes")
+        if not inflater.eof:
+            raise EOFError("gzip data ended before the end-of-stream marker")
+        out.append(chunk)
+        data = inflater.unused_data
+    return b"".join(out)
+
+
+def _checked(decode: Any) -> Any:
+    def checked_decode(payload: Any) -> bytes:
+        out = decode(payload)
+        if len(out) > MAX_DECOMPRESSED:
+            raise DecompressionBound(f"compressed batch expands past {MAX_DECOMPRESSED} bytes")
+        return out
+
+    return checked_decode
+
+
+_DECODERS = {
+    "gzip_decode": bounded_gzip_decode,
+    "snappy_decode": _checked(codec.snappy_decode),
+    "lz4_decode": _checked(codec.lz4_decode),
+    "zstd_decode": _checked(codec.zstd_decode),
+}
+_READERS = (
+    "aiokafka.record.default_records",
+    "aiokafka.record.legacy_records",
+    "aiokafka.record._crecords.default_records",
+    "aiokafka.record._crecords.legacy_records",
+)
 
 
 class Mark:
@@ -185,5 +242,16 @@ class GuardedRecords(_MemoryRecordsPy):
 
 
 def install() -> None:
-    """Make every aiokafka consumer in this process read record sets through :class:`GuardedRecords`."""
+    """Make every aiokafka consumer in this process read record sets through :class:`GuardedRecords`,
+    decompressing with a bound."""
+    import importlib
+
     fetcher.MemoryRecords = GuardedRecords
+    for name in _READERS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # aiokafka built without its C extensions
+            continue
+        for codec_name, decode in _DECODERS.items():
+            if hasattr(module, codec_name):
+                setattr(module, codec_name, decode)

@@ -89,6 +89,31 @@ def test_worker_reads_past_unreadable_and_deep_records_on_its_config_and_events_
     assert metrics['loopwarden_dead_letters_total{reason="unreadable"}'] == 1.0
 
 
+def test_worker_dead_letters_a_gzip_bomb_and_reads_on(tansu, names, workers, tmp_path):
+    """70 MiB of zeros in one gzip batch of about 70 KB: aiokafka would inflate and hold all of it;
+    the bounded decoder stops at 64 MiB, the batch is dead-lettered as unreadable with its position,
+    and the run's next events are decided."""
+    asyncio.run(topics(tansu, names))
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
+    worker = workers(names, config=config)
+    worker.wait_ready()
+    first = asyncio.run(produce(tansu, names.events, [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode())]))
+    partition = first[0][0]
+    bomb = encode_batch([(b"r1", b"\0" * (70 << 20), [])], 1)
+    assert len(bomb) < 200 << 10
+    asyncio.run(raw(tansu, names.events, partition, bomb))
+    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(11)]
+    asyncio.run(produce(tansu, names.events, later))
+    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1)
+    (letter,) = [json.loads(r.value) for r in letters]
+    assert letter["reason"] == "unreadable" and "expands past 67108864 bytes" in letter["detail"]
+    assert (letter["topic"], letter["partition"], letter["offset"]) == (names.events, partition, first[0][1] + 1)
+    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
+    assert [v["level"] for _, v in verdicts][:1] == ["warning"]
+    assert worker.alive()
+
+
 def test_runner_listener_and_config_feed_read_past_unreadable_and_deep_records(tansu, names):
     from loopwarden.runner.listener import VerdictListener
     from loopwarden.runner.local import ConfigSource

@@ -205,3 +205,27 @@ def test_aiokafka_record_parsing_internals_the_parse_guard_uses():
         assert f"self.{name}" in init
     assert "self._buffer" in inspect.getsource(BatchBuilder._build)
     assert "self._relative_offset" in inspect.getsource(BatchBuilder.record_count)
+
+
+def test_the_batch_readers_call_codecs_by_module_names_the_guard_can_replace():
+    """aiokafka_records.install() bounds decompression by replacing these names in each reader
+    module (the C parser looks its globals up at call time: a spy put there is called)."""
+    import aiokafka.record._crecords.default_records as c_default
+    import aiokafka.record._crecords.legacy_records as c_legacy
+    import aiokafka.record.default_records as py_default
+    import aiokafka.record.legacy_records as py_legacy
+
+    from loopwarden.devtools.rawrecords import encode_batch
+
+    for module in (c_default, py_default):
+        assert {"gzip_decode", "snappy_decode", "lz4_decode", "zstd_decode"} <= set(vars(module))
+    for module in (c_legacy, py_legacy):
+        assert {"gzip_decode", "snappy_decode", "lz4_decode"} <= set(vars(module))
+    calls = []
+    original = c_default.gzip_decode
+    c_default.gzip_decode = lambda payload: calls.append(len(payload)) or original(payload)
+    try:
+        batch = c_default.DefaultRecordBatch(encode_batch([(b"k", b"v" * 100, [])], 1))
+        assert [r.value for r in batch] == [b"v" * 100] and len(calls) == 1
+    finally:
+        c_default.gzip_decode = original

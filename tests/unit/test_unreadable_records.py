@@ -79,3 +79,27 @@ def test_fleet_agents_skip_a_record_that_is_no_signal(raw):
     metrics = Metrics()
     assert read_signal(metrics, 0, raw) is None
     assert metrics.fleet_skipped._value.get() == 1
+
+
+def test_a_compressed_batch_past_the_decompression_bound_is_one_mark(monkeypatch):
+    """A gzip bomb (a small batch that expands past MAX_DECOMPRESSED) is cut off while it inflates:
+    one mark for the batch, read by the C parser and again by the Python one, and the next batch is
+    read; a batch under the bound, in one or several gzip members, reads as before."""
+    from loopwarden.internals import aiokafka_records
+
+    aiokafka_records.install()
+    monkeypatch.setattr(aiokafka_records, "MAX_DECOMPRESSED", 1 << 20)
+    bomb = encode_batch([(b"k", b"\0" * (3 << 20), [])], 1)
+    assert len(bomb) < 8 << 10
+    good = encode_batch([(b"k", b"v" * 1000, [])], 1)
+    good = (1).to_bytes(8, "big") + good[8:]
+    got = read(bomb + good)
+    assert [r.offset for r in got] == [0, 1] and got[1].value == b"v" * 1000
+    why = unreadable(got[0].key, got[0].value, got[0].headers)
+    assert why is not None and "expands past 1048576 bytes" in why
+    import gzip
+
+    two = gzip.compress(b"a" * 100) + gzip.compress(b"b" * 100)
+    assert aiokafka_records.bounded_gzip_decode(two) == b"a" * 100 + b"b" * 100
+    with pytest.raises(EOFError):
+        aiokafka_records.bounded_gzip_decode(gzip.compress(b"a" * 100)[:-9])
