@@ -56,31 +56,44 @@ async def raw(tansu: str, topic: str, partition: int = 0, batch: bytes = BAD_HEA
         await producer.stop()
 
 
+def start_worker(names, workers, tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
+    worker = workers(names, config=config)
+    worker.wait_ready()
+    return worker
+
+
+def loop_around(tansu: str, names, batch: bytes) -> tuple[list, tuple[int, int], list]:
+    """A looping run's first call, ``batch`` on the run's partition, then 11 more calls: the
+    positions of the first, of the batch (nothing else writes the test's topic) and of the rest."""
+    first = asyncio.run(produce(tansu, names.events, [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode())]))
+    partition = first[0][0]
+    asyncio.run(raw(tansu, names.events, partition, batch))
+    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(11)]
+    return first, (partition, first[0][1] + 1), asyncio.run(produce(tansu, names.events, later))
+
+
+def dead_lettered_and_read_around(tansu: str, names, bad: tuple[int, int], why: str) -> None:
+    """One dead letter, ``unreadable`` at ``bad`` saying ``why``; the run's events around it were all
+    read (its 10th identical call warns)."""
+    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1)
+    (letter,) = [json.loads(r.value) for r in letters]
+    assert letter["reason"] == "unreadable" and why in letter["detail"]
+    assert (letter["topic"], letter["partition"], letter["offset"]) == (names.events, *bad)
+    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
+    assert [v["level"] for _, v in verdicts][:1] == ["warning"]
+
+
 def test_worker_reads_past_unreadable_and_deep_records_on_its_config_and_events_topics(tansu, names, workers, tmp_path):
     asyncio.run(topics(tansu, names))
     # The config topic first: before the fix every worker exited at start, before any signature check.
     asyncio.run(raw(tansu, names.config))
     asyncio.run(produce(tansu, names.config, [(b"*", DEEP), (b"a1", json.dumps({"historySize": 40}).encode())]))
-    config = tmp_path / "c.json"
-    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
-    worker = workers(names, config=config)
-    worker.wait_ready()
+    worker = start_worker(names, workers, tmp_path)
+    first, bad, rest = loop_around(tansu, names, BAD_HEADER)
 
-    # A looping run with the unreadable record between its calls, on the run's partition.
-    first = asyncio.run(produce(tansu, names.events, [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode())]))
-    partition = first[0][0]
-    asyncio.run(raw(tansu, names.events, partition))
-    bad = (partition, first[0][1] + 1)  # nothing else writes the test's topic
-    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(11)]
-    rest = asyncio.run(produce(tansu, names.events, later))
-
-    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1)
-    (letter,) = [json.loads(r.value) for r in letters]
-    assert letter["reason"] == "unreadable" and "UnicodeDecodeError" in letter["detail"]
-    assert (letter["topic"], letter["partition"], letter["offset"]) == (names.events, *bad)
-    # The run's events around the bad record are all read: its 10th identical call warns.
-    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
-    assert [v["level"] for _, v in verdicts][:1] == ["warning"]
+    dead_lettered_and_read_around(tansu, names, bad, "UnicodeDecodeError")
     wait_committed(tansu, names.app_id, names.events, first + [bad] + rest)  # the offset moved past it
     assert worker.alive()
     metrics = worker.metrics()
@@ -94,23 +107,11 @@ def test_worker_dead_letters_a_gzip_bomb_and_reads_on(tansu, names, workers, tmp
     the bounded decoder stops at 64 MiB, the batch is dead-lettered as unreadable with its position,
     and the run's next events are decided."""
     asyncio.run(topics(tansu, names))
-    config = tmp_path / "c.json"
-    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
-    worker = workers(names, config=config)
-    worker.wait_ready()
-    first = asyncio.run(produce(tansu, names.events, [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode())]))
-    partition = first[0][0]
+    worker = start_worker(names, workers, tmp_path)
     bomb = encode_batch([(b"r1", b"\0" * (70 << 20), [])], 1)
     assert len(bomb) < 200 << 10
-    asyncio.run(raw(tansu, names.events, partition, bomb))
-    later = [(b"r1", json.dumps({**LOOP, "ts": time.time()}).encode()) for _ in range(11)]
-    asyncio.run(produce(tansu, names.events, later))
-    letters = collect(tansu, names.dead_letter, until=lambda rs: len(rs) >= 1)
-    (letter,) = [json.loads(r.value) for r in letters]
-    assert letter["reason"] == "unreadable" and "expands past 67108864 bytes" in letter["detail"]
-    assert (letter["topic"], letter["partition"], letter["offset"]) == (names.events, partition, first[0][1] + 1)
-    verdicts = decode_verdicts(collect(tansu, names.control, until=lambda rs: len(rs) >= 1))
-    assert [v["level"] for _, v in verdicts][:1] == ["warning"]
+    _, bad, _ = loop_around(tansu, names, bomb)
+    dead_lettered_and_read_around(tansu, names, bad, "expands past 67108864 bytes")
     assert worker.alive()
 
 
