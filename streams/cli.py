@@ -44,7 +44,7 @@ EXTRA_OF_MODULE = {
     "rich": "devtools",
     "matplotlib": "plot",
     "opentelemetry": "otel",
-    "aiohttp": "sidecar",
+    "httptools": "sidecar",
     "google": "otel",  # google.protobuf, which opentelemetry-proto brings
     "mcp": "mcp",
     "mcp_types": "mcp",

