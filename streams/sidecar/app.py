@@ -98,7 +98,11 @@ def _post(
 ) -> Endpoint:
     async def handle(request: Request) -> Answer:
         try:
+            request.body.decode()  # msgspec takes free-form values (params, result) as Raw, unchecked
             req = decoder.decode(request.body)
+        except UnicodeDecodeError:
+            service.stats.bad_requests += 1
+            return _error(400, "body is not valid UTF-8")
         except msgspec.ValidationError as exc:
             service.stats.bad_requests += 1
             return _error(400, validation_text(exc))

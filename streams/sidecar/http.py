@@ -122,6 +122,7 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.read_paused = False
         self.closing = False
+        self.eof = False  # the client half-closed: answer what it sent, then close
         self.last_active = 0.0
         self.started: float | None = None  # when the request being read began
         self._url = b""
@@ -174,6 +175,15 @@ class _Connection(asyncio.Protocol):
             if not self.closing:
                 self.server.counts.bad_requests += 1
                 self._fail(400, "malformed HTTP request")
+
+    def eof_received(self) -> bool:
+        """The client sent all it will (a half-close): keep the connection to answer what came, then
+        close it. A request cut off by the end is never answered."""
+        self.eof = True
+        if self.busy or self.queue:
+            return True
+        self.closing = True
+        return False  # nothing to answer: asyncio closes the transport
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -267,6 +277,12 @@ class _Connection(asyncio.Protocol):
                 continue
             self.busy = True
             self.server.loop.create_task(self._finish(coro, waiting, keep_alive))
+            return
+        self._done_if_eof()
+
+    def _done_if_eof(self) -> None:
+        if self.eof and not self.busy and not self.queue and not self.closing:
+            self._close()
 
     async def _finish(self, coro: Any, waiting: Any, keep_alive: bool) -> None:
         """Drive a handler that waited (``waiting``: the future it awaits, None to yield once) to its end."""

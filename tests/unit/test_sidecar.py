@@ -157,6 +157,20 @@ async def test_bad_bodies_are_400_and_never_echoed(http):
     assert out.events == []
 
 
+async def test_a_body_that_is_not_utf8_inside_a_free_form_value_is_400(http):
+    """msgspec takes params and result as Raw without looking inside: invalid UTF-8 there reached the
+    engine, whose decision failed open (allowed, counted local_errors) and whose event the worker
+    would dead-letter. Found by the HTTP fuzz stage (tests/unit/test_fuzz_sidecar_http.py)."""
+    client, svc, out = await http()
+    for path, body in (
+        ("/v1/check", b'{"agent_id":"a","session_id":"s1","tool_name":"read","params":{"p":"\xf1\x80"}}'),
+        ("/v1/result", b'{"agent_id":"a","session_id":"s1","tool_name":"read","result":"\xff"}'),
+    ):
+        r = await client.post(path, data=body)
+        assert r.status == 400 and (await r.json())["error"] == "body is not valid UTF-8"
+    assert out.events == [] and svc.client.stats.local_errors == 0 and svc.stats.bad_requests == 2
+
+
 async def test_unknown_path_404_wrong_method_405(http):
     client, svc, out = await http()
     r = await client.get("/v1/nope")

@@ -90,6 +90,21 @@ async def test_http_1_0_and_connection_close_end_the_connection(serve):
         writer.close()
 
 
+async def test_a_client_that_half_closes_gets_its_answers_then_the_close(serve):
+    """``printf ... | nc -N``: the request, then the end of what the client sends. Every request that
+    came whole is answered, one that waits included; then the server closes."""
+    server, port = await serve()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post("/a") + post("/slow") + post("/b"))
+    writer.write_eof()
+    paths = [json.loads((await read_answer(reader))[2])["path"] for _ in range(3)]
+    assert paths == ["/a", "/slow", "/b"] and await closed(reader)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")  # cut off by the end
+    writer.write_eof()
+    assert await closed(reader)
+
+
 async def test_chunked_body_is_joined(serve):
     server, port = await serve()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
