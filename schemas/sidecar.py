@@ -57,6 +57,33 @@ class CheckResponse(msgspec.Struct, kw_only=True):
     run_id: str
     tool_call_id: str
     level: str | None = None  # warning / critical
+    recovery: str | None = None  # under the profile's batch admission: "trigger" or "sibling" of a refused batch
+
+
+MAX_BATCH = 128  # calls in one /v1/check_batch
+
+
+class BatchCall(msgspec.Struct, kw_only=True):
+    """One call of a batch: as in ``CheckRequest``."""
+
+    tool_name: _ToolName
+    params: Raw | UnsetType = UNSET
+    tool_call_id: _Id | None = None
+
+
+class CheckBatchRequest(_RunRequest, kw_only=True):
+    """``POST /v1/check_batch``: one model message's tool calls, admitted together before any of them
+    runs. Under the ``openclaw-latest`` profile this is the OpenClaw release's batch admission (earlier
+    siblings count as vetoes; the run's first critical refuses the whole batch); otherwise each call
+    is checked as ``/v1/check`` checks it, in order."""
+
+    calls: Annotated[list[BatchCall], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+
+
+class CheckBatchResponse(msgspec.Struct, kw_only=True):
+    """One answer per call, in the calls' order."""
+
+    decisions: list[CheckResponse]
 
 
 class ResultRequest(_RunRequest, kw_only=True):
@@ -176,10 +203,11 @@ class Stats(msgspec.Struct, kw_only=True):
     tables: Tables
 
 
-REQUESTS = (CheckRequest, ResultRequest, AckRequest, CompactionRequest, RunStartRequest, RunEndRequest)
-RESPONSES = (CheckResponse, RunStartResponse, Ok, Error, Health, Stats)
+REQUESTS = (CheckRequest, CheckBatchRequest, ResultRequest, AckRequest, CompactionRequest, RunStartRequest, RunEndRequest)
+RESPONSES = (CheckResponse, CheckBatchResponse, RunStartResponse, Ok, Error, Health, Stats)
 ENDPOINTS = {
     "POST /v1/check": ("CheckRequest", "CheckResponse"),
+    "POST /v1/check_batch": ("CheckBatchRequest", "CheckBatchResponse"),
     "POST /v1/result": ("ResultRequest", "Ok"),
     "POST /v1/ack": ("AckRequest", "Ok"),
     "POST /v1/compaction": ("CompactionRequest", "Ok"),

@@ -120,6 +120,7 @@ def make_app(service: Service, token: bytes | None = None) -> Handler:
     stats = service.stats
     posts = {
         "/v1/check": (api.CheckRequest, service.check),
+        "/v1/check_batch": (api.CheckBatchRequest, service.check_batch),
         "/v1/result": (api.ResultRequest, service.result),
         "/v1/ack": (api.AckRequest, service.ack),
         "/v1/compaction": (api.CompactionRequest, service.compaction),

@@ -171,10 +171,19 @@ class Service:
         ref = self._ref(req)
         assert ref is not None
         slot = self._slot(ref)
-        call = wire.tool_call(ref, req.tool_name, None, tool_call_id=req.tool_call_id)
-        if req.params is not UNSET:
-            call = msgspec.structs.replace(call, params=req.params)
-        decision = await self.client.check(call)
+        decision = await self.client.check(_call(ref, req))
+        return self._answer(ref, slot, decision)
+
+    async def check_batch(self, req: api.CheckBatchRequest) -> api.CheckBatchResponse:
+        """One model message's calls, admitted together (``LoopClient.check_batch``)."""
+        ref = self._ref(req)
+        assert ref is not None
+        slot = self._slot(ref)
+        decisions = await self.client.check_batch([_call(ref, c) for c in req.calls])
+        return api.CheckBatchResponse(decisions=[self._answer(ref, slot, d) for d in decisions])
+
+    def _answer(self, ref: wire.RunRef, slot: _RunSlot, decision: Decision) -> api.CheckResponse:
+        """A check's answer; an allowed call also hands over a worker's warning for an earlier call."""
         verdict, source, action = decision.verdict, decision.source, decision.action
         message = decision.message
         if action == "allow" and not decision.failed_open:
@@ -198,6 +207,7 @@ class Service:
             run_id=ref.run_id or "",
             tool_call_id=decision.call.tool_call_id or "",
             level=verdict.level if verdict is not None else None,
+            recovery=decision.recovery,
         )
 
     async def result(self, req: api.ResultRequest) -> api.Ok:
@@ -304,6 +314,11 @@ class Service:
 
     def stats_body(self) -> api.Stats:
         return api.Stats(client=msgspec.structs.asdict(self.client.stats), service=self.stats, tables=self.tables())
+
+
+def _call(ref: wire.RunRef, req: api.CheckRequest | api.BatchCall) -> ToolCall:
+    call = wire.tool_call(ref, req.tool_name, None, tool_call_id=req.tool_call_id)
+    return call if req.params is UNSET else msgspec.structs.replace(call, params=req.params)
 
 
 def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:

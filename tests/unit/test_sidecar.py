@@ -102,6 +102,47 @@ async def test_run_start_separates_two_prompts_of_one_session(http):
     assert health["tables"]["sessions"] == 0 and health["tables"]["runs"] == 0
 
 
+async def test_check_batch_is_the_release_batch_admission_under_the_profile(http, monkeypatch):
+    """A model message's calls admitted together, over HTTP, answer exactly as LoopClient.check_batch
+    in-process: under openclaw-latest, 19 calls that ran and then a batch of two identical ones
+    refuse the batch (the sibling, then the trigger at 20); the next batch ends the run."""
+    profile = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
+    monkeypatch.setitem(globals(), "CONFIG", profile)  # the service() below decides with it
+    client, svc, out = await http()
+    same = {"text": "same"}
+    for i in range(19):
+        body = {**AGENT, "run_id": "r1", "calls": [{"tool_name": "read", "params": {"p": 1}, "tool_call_id": f"h{i}"}]}
+        (a,) = (await (await client.post("/v1/check_batch", json=body)).json())["decisions"]
+        assert a["proceed"]  # warned at 10, never refused before the batch
+        await client.post("/v1/result", json={**AGENT, "run_id": "r1", "tool_call_id": f"h{i}", "result": same})
+    batches = [["b1", "b2"], ["c1"]]
+    served = []
+    for ids in batches:
+        calls = [{"tool_name": "read", "params": {"p": 1}, "tool_call_id": i} for i in ids]
+        answer = await (await client.post("/v1/check_batch", json={**AGENT, "run_id": "r1", "calls": calls})).json()
+        served.append([(d["action"], d["recovery"], d["count"], d["detector"]) for d in answer["decisions"]])
+        for d in answer["decisions"]:
+            result = {"tool_call_id": d["tool_call_id"], "result": same, "blocked": not d["proceed"]}
+            await client.post("/v1/result", json={**AGENT, "run_id": "r1", **result})
+
+    inproc = LoopClient(config=profile, decisions="local")
+    run = inproc.run("a", "s1", "r1")
+    expected = []
+    for i in range(19):
+        (d,) = await inproc.check_batch([run.call("read", {"p": 1}, f"h{i}")])
+        await inproc.tool_result(d, result=same)
+    for ids in batches:
+        ds = await inproc.check_batch([run.call("read", {"p": 1}, i) for i in ids])
+        expected.append([(d.action, d.recovery, d.verdict and d.verdict.count, d.verdict and d.verdict.detector) for d in ds])
+        for d in ds:
+            await inproc.tool_result(d, result=d.blocked_result() if not d.proceed else same)
+    assert served == expected
+    assert [d[:2] for d in served[0]] == [("block", "sibling"), ("block", "trigger")] and served[0][1][2] == 20
+    assert served[1] == [("abort", "trigger", 21, "generic_repeat")]
+    r = await client.post("/v1/check_batch", json={**AGENT, "calls": []})
+    assert r.status == 400  # at least one call
+
+
 async def test_results_without_call_ids_pair_by_tool_and_params(http):
     client, svc, out = await http()
     ids = []
