@@ -203,7 +203,15 @@ class Stats(msgspec.Struct, kw_only=True):
     tables: Tables
 
 
-REQUESTS = (CheckRequest, CheckBatchRequest, ResultRequest, AckRequest, CompactionRequest, RunStartRequest, RunEndRequest)
+REQUESTS = (
+    CheckRequest,
+    CheckBatchRequest,
+    ResultRequest,
+    AckRequest,
+    CompactionRequest,
+    RunStartRequest,
+    RunEndRequest,
+)
 RESPONSES = (CheckResponse, CheckBatchResponse, RunStartResponse, Ok, Error, Health, Stats)
 ENDPOINTS = {
     "POST /v1/check": ("CheckRequest", "CheckResponse"),

@@ -133,7 +133,8 @@ async def test_check_batch_is_the_release_batch_admission_under_the_profile(http
         await inproc.tool_result(d, result=same)
     for ids in batches:
         ds = await inproc.check_batch([run.call("read", {"p": 1}, i) for i in ids])
-        expected.append([(d.action, d.recovery, d.verdict and d.verdict.count, d.verdict and d.verdict.detector) for d in ds])
+        verdicts = [d.verdict for d in ds]
+        expected.append([(d.action, d.recovery, v and v.count, v and v.detector) for d, v in zip(ds, verdicts)])
         for d in ds:
             await inproc.tool_result(d, result=d.blocked_result() if not d.proceed else same)
     assert served == expected
