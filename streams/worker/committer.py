@@ -75,6 +75,107 @@ class PublishPolicy(msgspec.Struct, frozen=True, kw_only=True):
     permanent_attempts: int = 3
 
 
+class Publisher:
+    """Hands records to the producer and sees each one delivered (the module's retry rules): a failure
+    is retried with capped exponential backoff; a record that can never be published is tried
+    ``permanent_attempts`` times, then reported (``on_dropped``) and skipped; a dead letter too large
+    is sent once more without its raw bytes. The batch path (:class:`Committer`) and the fleet
+    agents publish through it."""
+
+    def __init__(
+        self,
+        send: SendFn,
+        policy: PublishPolicy | None = None,
+        *,
+        on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
+        on_retry: Callable[[Outgoing, BaseException], None] | None = None,
+        shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None,
+    ) -> None:
+        self.send = send
+        self.policy = policy or PublishPolicy()
+        self.on_dropped = on_dropped
+        self.on_retry = on_retry
+        self.shrink_dead_letter = shrink_dead_letter
+        self.stopping = False
+
+    async def publish(self, outs: list[Outgoing]) -> None:
+        """Hand every record over, then see each delivered (retrying failures); in hand-over order."""
+        await self.settle([(out, await self.start(out)) for out in outs])
+
+    async def settle(self, first: list[tuple[Outgoing, Any]]) -> None:
+        """Await records already handed over: one wait for every delivery; only one that failed gets a
+        retry loop (a task) of its own."""
+        if not first:
+            return
+        handed = [(out, fut if isinstance(fut, BaseException) else asyncio.ensure_future(fut)) for out, fut in first]
+        futures = [fut for _, fut in handed if not isinstance(fut, BaseException)]
+        if futures:
+            await asyncio.wait(futures)
+        failed = [
+            (out, fut)
+            for out, fut in handed
+            if isinstance(fut, BaseException) or fut.cancelled() or fut.exception() is not None
+        ]
+        if failed:
+            await asyncio.gather(*(self.deliver(out, fut) for out, fut in failed))
+
+    async def start(self, out: Outgoing) -> Any:
+        """Hand one record to the producer; the delivery future, or the exception the hand-over raised."""
+        try:
+            return await self.send(out.topic, out.key, out.value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return exc
+
+    async def deliver(self, out: Outgoing, first: Any) -> None:
+        """Await one delivery, retrying as the module docstring says; returns once delivered or given up."""
+        p = self.policy
+        attempt, permanent, backoff = first, 0, p.backoff_initial
+        while True:
+            try:
+                if isinstance(attempt, BaseException):
+                    raise attempt
+                await attempt
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_permanent(exc):
+                    if too_large(exc) and self.shrink_dead_letter is not None:
+                        smaller = self.shrink_dead_letter(out)
+                        if smaller is not None and smaller is not out:
+                            log.warning(
+                                "dead letter for %s too large to publish whole (%d bytes); "
+                                "sending it without the raw bytes",
+                                out.source,
+                                len(out.value),
+                            )
+                            out = smaller
+                            attempt = await self.start(out)
+                            continue
+                    permanent += 1
+                    if permanent >= p.permanent_attempts:
+                        log.error(
+                            "giving up on a record for %s at %s after %d attempts: %r",
+                            out.topic,
+                            out.source,
+                            permanent,
+                            exc,
+                        )
+                        if self.on_dropped is not None:
+                            self.on_dropped(out, exc)
+                        return
+                elif self.stopping:
+                    raise
+                if self.on_retry is not None:
+                    self.on_retry(out, exc)
+                log.warning("publish to %s for %s failed (%r); retrying in %.2fs", out.topic, out.source, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(p.backoff_max, backoff * 2)
+                attempt = await self.start(out)
+
+
 class Committer:
     """Owns ``pending`` and the completion chain; one per worker process."""
 
@@ -96,20 +197,17 @@ class Committer:
         on_unreadable: Callable[[str], None] | None = None,
     ) -> None:
         self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
-        self.send = send
+        self.publisher = Publisher(
+            send, policy, on_dropped=on_dropped, on_retry=on_retry, shrink_dead_letter=shrink_dead_letter
+        )
         self.max_inflight = max_inflight
         self.flush_interval = flush_interval
         self.max_unflushed = max_unflushed
-        self.policy = policy or PublishPolicy()
         self.on_durable = on_durable
-        self.on_dropped = on_dropped
-        self.on_retry = on_retry
-        self.shrink_dead_letter = shrink_dead_letter
         self.max_value_bytes = max_value_bytes  # key + value of one run, at most (None: unbounded)
         self.on_oversized = on_oversized
         self.on_unreadable = on_unreadable  # a stored value read() discarded: "unknown_version" | "undecodable"
         self.pending: dict[tuple[int, bytes], RunValue | None] = {}
-        self.stopping = False
         self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
         self._delivered_tail: asyncio.Future | None = None  # the last batch's step 3
         self._inflight: collections.deque = collections.deque()  # step-3 futures: the in-flight bound
@@ -170,7 +268,7 @@ class Committer:
             writes[slot] = encoded
             pending[slot] = value
             staged.append((slot, value))
-        first = [(out, await self._start(out)) for out in result.outgoing]
+        first = [(out, await self.publisher.start(out)) for out in result.outgoing]
         delivered = asyncio.ensure_future(self._delivered(self._delivered_tail, first, writes))
         self._delivered_tail = delivered
         done = asyncio.ensure_future(self._complete(delivered, self._tail, staged, result))
@@ -201,83 +299,13 @@ class Committer:
         if self._tail is not None:
             await asyncio.shield(self._tail)
 
-    async def _start(self, out: Outgoing) -> Any:
-        """Hand one record to the producer; the delivery future, or the exception the hand-over raised."""
-        try:
-            return await self.send(out.topic, out.key, out.value)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return exc
-
-    async def _deliver(self, out: Outgoing, first: Any) -> None:
-        """Await one delivery, retrying as the module docstring says; returns once delivered or given up."""
-        p = self.policy
-        attempt, permanent, backoff = first, 0, p.backoff_initial
-        while True:
-            try:
-                if isinstance(attempt, BaseException):
-                    raise attempt
-                await attempt
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if is_permanent(exc):
-                    if too_large(exc) and self.shrink_dead_letter is not None:
-                        smaller = self.shrink_dead_letter(out)
-                        if smaller is not None and smaller is not out:
-                            log.warning(
-                                "dead letter for %s too large to publish whole (%d bytes); "
-                                "sending it without the raw bytes",
-                                out.source,
-                                len(out.value),
-                            )
-                            out = smaller
-                            attempt = await self._start(out)
-                            continue
-                    permanent += 1
-                    if permanent >= p.permanent_attempts:
-                        log.error(
-                            "giving up on a record for %s at %s after %d attempts: %r",
-                            out.topic,
-                            out.source,
-                            permanent,
-                            exc,
-                        )
-                        if self.on_dropped is not None:
-                            self.on_dropped(out, exc)
-                        return
-                elif self.stopping:
-                    raise
-                if self.on_retry is not None:
-                    self.on_retry(out, exc)
-                log.warning("publish to %s for %s failed (%r); retrying in %.2fs", out.topic, out.source, exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(p.backoff_max, backoff * 2)
-                attempt = await self._start(out)
-
     async def _delivered(
         self, previous: asyncio.Future | None, first: list, writes: dict
     ) -> tuple[asyncio.Future, float]:
         """Step 3: in batch order, await the deliveries, then join the next flush; returns (flush, time)."""
         if previous is not None:
             await previous  # batch order; a failed predecessor fails this one too
-        if first:
-            # One wait for every delivery; only one that failed gets a retry loop (a task) of its own.
-            handed = [
-                (out, fut if isinstance(fut, BaseException) else asyncio.ensure_future(fut)) for out, fut in first
-            ]
-            futures = [fut for _, fut in handed if not isinstance(fut, BaseException)]
-            if futures:
-                await asyncio.wait(futures)
-            failed = [
-                (out, fut)
-                for out, fut in handed
-                if isinstance(fut, BaseException) or fut.cancelled() or fut.exception() is not None
-            ]
-            if failed:
-                await asyncio.gather(*(self._deliver(out, fut) for out, fut in failed))
+        await self.publisher.settle(first)
         delivered_at = time.time()
         self._unwritten.update(writes)  # a later batch's value of a run replaces an earlier one's
         if self._next_flush is None:

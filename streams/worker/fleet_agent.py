@@ -54,6 +54,8 @@ from loopwarden.schemas.fleet import (
     signal_key,
 )
 from loopwarden.schemas.verdicts import Verdict
+from loopwarden.worker.batch import Outgoing
+from loopwarden.worker.committer import Publisher
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
@@ -94,6 +96,12 @@ class FleetRuntime:
         self.metrics = metrics
         self.fleet = fleet
         self.send = send
+        # incidents and cross-run warnings are retried through an outage as the batch path's verdicts are
+        self.publisher = Publisher(
+            send,
+            on_dropped=lambda out, exc: metrics.publish_dropped.labels(out.topic).inc(),
+            on_retry=lambda out, exc: metrics.publish_retries.labels(out.topic).inc(),
+        )
         self.board = IncidentBoard()
         self.verifier: Verifier | None = None  # incident keys: unsigned or forged incidents are ignored
         self.board_loaded = asyncio.Event()
@@ -173,8 +181,9 @@ class FleetRuntime:
         if not records:
             return
         topic = self.settings.incidents_topic
-        deliveries = [await self.send(topic, r.incident_id.encode(), encode(r)) for r in records]
-        await asyncio.gather(*deliveries)
+        await self.publisher.publish(
+            [Outgoing(topic, r.incident_id.encode(), encode(r), f"incident:{r.incident_id}") for r in records]
+        )
         for r in records:
             self.metrics.incidents.labels(r.state).inc()
 
@@ -201,11 +210,12 @@ class FleetRuntime:
         st, verdicts = crossrun.observe(crossrun.decode_state(stored) if stored else None, run, ext.cross_run, shadow)
         st.seen = time.time()
         topic = self.settings.shadow_topic if shadow else self.settings.control_topic
-        deliveries = []
-        for verdict in verdicts:
-            rkey = key_for(verdict.agent_id, verdict.session_id, verdict.run_id).encode()
-            deliveries.append(await self.send(topic, rkey, _verdict_encoder.encode(_stamped(verdict))))
-        await asyncio.gather(*deliveries)  # delivered before the session state that warned is written
+        source = f"{self.sessions_topic.get_topic_name()}:{partition}"
+        outs = []
+        for v in verdicts:
+            rkey = key_for(v.agent_id, v.session_id, v.run_id).encode()  # the run's key; ``key`` is the session's
+            outs.append(Outgoing(topic, rkey, _verdict_encoder.encode(_stamped(v)), source))
+        await self.publisher.publish(outs)  # delivered before the session state that warned is written
         for _ in verdicts:
             self.metrics.verdicts.labels("warn", "cross_run_repeat", "shadow" if shadow else "enforce").inc()
         await self.sessions.write([(partition, key, crossrun.encode_state(st))])

@@ -503,6 +503,7 @@ def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(sh
     import types
 
     from loopwarden.schemas.fleet import encode as encode_signal
+    from loopwarden.worker.committer import Publisher
     from loopwarden.worker.fleet_agent import FleetRuntime
     from loopwarden.worker.metrics import Metrics
     from loopwarden.worker.settings import from_sources
@@ -524,9 +525,10 @@ def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(sh
     runtime = types.SimpleNamespace(
         settings=from_sources({}, environ={}),
         fleet=lambda: fleet,
-        send=send,
+        publisher=Publisher(send),
         metrics=metrics,
         sessions=types.SimpleNamespace(get=lambda p, k: stored.get((p, k)), write=write),
+        sessions_topic=types.SimpleNamespace(get_topic_name=lambda: "sessions"),
     )
 
     async def go():
@@ -546,3 +548,56 @@ def test_the_worker_publishes_a_shadowed_cross_run_repeat_on_the_shadow_topic(sh
         )
         == 1
     )
+
+
+def test_fleet_publishes_ride_out_a_broker_outage_and_state_waits_for_them():
+    """A cross-run warning whose delivery fails (the broker away) is retried with backoff, as the batch
+    path's verdicts are, counted, and the session state that produced it is written only once it is
+    out: before, the failure raised out of the fleet agent and the warning was lost."""
+    import asyncio
+    import types
+
+    from aiokafka.errors import KafkaConnectionError
+
+    from loopwarden.schemas.fleet import encode as encode_signal
+    from loopwarden.worker.committer import Publisher, PublishPolicy
+    from loopwarden.worker.fleet_agent import FleetRuntime
+    from loopwarden.worker.metrics import Metrics
+    from loopwarden.worker.settings import from_sources
+
+    fleet = FleetConfig.from_document({"loopwarden": {"crossRun": {"enabled": True}}})
+    log, failures, stored = [], [KafkaConnectionError(), KafkaConnectionError()], {}
+
+    async def send(topic, key, value):
+        done = asyncio.get_running_loop().create_future()
+        if failures:
+            done.set_exception(failures.pop())
+        else:
+            log.append(("sent", msgspec.json.decode(value)["detector"]))
+            done.set_result(None)
+        return done
+
+    async def write(items):
+        log.append(("state", len(items)))
+        stored.update({(p, k): v for p, k, v in items})
+
+    metrics = Metrics(())
+    retry = lambda out, exc: metrics.publish_retries.labels(out.topic).inc()  # noqa: E731 - as the runtime's
+    runtime = types.SimpleNamespace(
+        settings=from_sources({}, environ={}),
+        fleet=lambda: fleet,
+        publisher=Publisher(send, PublishPolicy(backoff_initial=0.001), on_retry=retry),
+        metrics=metrics,
+        sessions=types.SimpleNamespace(get=lambda p, k: stored.get((p, k)), write=write),
+        sessions_topic=types.SimpleNamespace(get_topic_name=lambda: "sessions"),
+    )
+
+    async def go():
+        for i in range(3):
+            await FleetRuntime.on_session(runtime, 0, b"s", encode_signal(finished("s", f"r{i}", "fp")))
+
+    asyncio.run(go())
+    assert log[-2:] == [("sent", "cross_run_repeat"), ("state", 1)]  # delivered, then the state
+    assert set(stored) == {(0, b"s")}  # the session's state, under the session's key
+    control = runtime.settings.control_topic
+    assert metrics.registry.get_sample_value("loopwarden_publish_retries_total", {"topic": control}) == 2

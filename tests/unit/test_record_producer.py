@@ -17,7 +17,7 @@ def test_records_go_through_their_own_producer_not_the_changelogs(tmp_path):
 
     app, rt = create_app(from_sources({"data_dir": str(tmp_path)}, environ={}))
     assert isinstance(app.record_producer, RecordProducer)
-    assert rt.processor.committer.send == app.record_producer.send  # verdicts, dead letters, signals
+    assert rt.processor.committer.publisher.send == app.record_producer.send  # verdicts, dead letters, signals
     assert rt.table.send is not app.record_producer.send  # the changelog stays on Faust's producer
     assert app.record_producer.kwargs()["max_request_size"] == rt.settings.producer_max_request_size
 
