@@ -143,7 +143,7 @@ class Ok(msgspec.Struct, kw_only=True):
     ok: bool = True
     paired: bool | None = None  # /v1/result: the outcome found its check
     warning: Warning | None = None  # /v1/result: the paired check answered warn
-    abort: Warning | None = None  # /v1/result: the run is aborted (hosts that end a session only after a call)
+    abort: Warning | None = None  # /v1/result: the run is aborted (hosts that can end a session after a call)
 
 
 class Error(msgspec.Struct, kw_only=True):

@@ -99,8 +99,8 @@ class ClaudeCode(Host):
 
 class Codex(ClaudeCode):
     """Codex CLI: Claude's shapes; ``turn_id`` names the user prompt. ``continue: false``
-    is refused at PreToolUse (the call would run), so an abort there is a deny: the run
-    stays aborted and every later call of it is denied too."""
+    is refused at PreToolUse (the call would run), so an abort is a deny: the run stays
+    aborted and every later call of it is denied too."""
 
     name = "codex"
     run_field = "turn_id"
@@ -113,9 +113,11 @@ class Codex(ClaudeCode):
     }
 
     def abort(self, ev: HookEvent, message: str) -> dict | None:
-        if ev.kind == PRE:
-            return self.deny(ev, message)
-        return {"continue": False, "stopReason": message}
+        """A deny before a call. After one, nothing: Codex 0.171.0 documents ``continue: false`` on
+        PostToolUse, but ``codex exec`` ran on past it in a measured run (every call of a six-call
+        script ran), so the hook neither says it nor acks an abort the host did not apply; the
+        run's next call is denied and acked instead."""
+        return self.deny(ev, message) if ev.kind == PRE else None
 
 
 _VOLATILE_SHELL_LINES = re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.MULTILINE)

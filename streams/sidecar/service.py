@@ -240,8 +240,8 @@ class Service:
 
     def _abort(self, ref: wire.RunRef) -> api.Warning | None:
         """The run's abort, if it has one: the post-compaction guard aborts on a result, and a worker's
-        abort may land while a call runs. Hosts that can end a session only after a call (Codex) do
-        it with this answer instead of waiting for the run's next check."""
+        abort may land while a call runs. Hosts that can end a session after a call (Claude Code's
+        PostToolUse) do it with this answer instead of waiting for the run's next check."""
         state = self.client.state(ref.key)
         if state is None or state.aborted is None:
             return None

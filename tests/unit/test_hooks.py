@@ -219,16 +219,17 @@ def test_codex_compaction_arms_the_guard_for_its_turn(service: Recorder) -> None
 
 def test_an_abort_answered_with_a_result_ends_the_session_where_the_host_allows_it(service: Recorder) -> None:
     """The post-compaction guard aborts on a result, and a worker's abort may land while a call runs:
-    the result's answer carries it. Codex ends a session only from PostToolUse (or Stop), so this is
-    where it ends; Claude Code ends there too; Cursor cannot end one and tells the model."""
+    the result's answer carries it. Claude Code ends the session there; Cursor cannot end one and
+    tells the model; Codex ignores continue: false after a call (measured with codex exec 0.171.0),
+    so its hook says nothing and acks nothing there: the run's next call is denied (and acked)."""
     service.abort = {"message": "ABORT: the loop outlived the compaction", "verdict_id": "v-a", "run_id": "t-1"}
     post = {"session_id": "s-x", "turn_id": "t-1", "hook_event_name": "PostToolUse", "tool_name": "Bash"}
     post |= {"tool_use_id": "call_1", "tool_input": {"command": "ls"}, "tool_response": "same"}
     out, _ = hook("codex", post)
-    assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
-    assert service.paths() == ["/v1/result", "/v1/ack"] and service.seen[1][1]["verdict_id"] == "v-a"
+    assert out is None and service.paths() == ["/v1/result"]  # no claim, no ack of an abort not applied
     out, _ = hook("claude-code", post | {"prompt_id": "p-1"})
     assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
+    assert service.paths() == ["/v1/result", "/v1/result", "/v1/ack"] and service.seen[2][1]["verdict_id"] == "v-a"
     cursor = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Shell"}
     out, _ = hook("cursor", cursor | {"tool_input": {}, "tool_output": "same"})
     assert out == {"additional_context": "ABORT: the loop outlived the compaction"}
