@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.schemas import sidecar as api
+from loopwarden.schemas.bounds import MAX_DEPTH, too_deep
 from loopwarden.sidecar.hooks_endpoint import claude_code_hook
 from loopwarden.sidecar.http import Handler, HTTPServer, Request, ServerLimits
 from loopwarden.sidecar.service import Service
@@ -159,6 +160,9 @@ def make_app(service: Service, token: bytes | None = None) -> Handler:
         endpoint = methods.get(request.method)
         if endpoint is None:
             return _error(405, f"method not allowed; use {', '.join(sorted(methods))}")
+        if request.body and too_deep(request.body) is not None:  # msgspec would recurse past Python's limit
+            stats.bad_requests += 1
+            return _error(400, f"body nested deeper than {MAX_DEPTH}")
         try:
             return await endpoint(request)
         except Exception:  # noqa: BLE001 - a bug answers 500 (callers fail open), the service goes on

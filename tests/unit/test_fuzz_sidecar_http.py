@@ -5,8 +5,8 @@ counts and sizes past the bounds; lengths that lie; chunked bodies; raw garbage)
 then half-closes. What comes back must be whole HTTP/1.1 answers with JSON bodies, none echoing the
 marker the requests carry, and then the close; after every case a plain check on a new connection
 is answered, no connection is left open, and nothing failed inside (no 500, no local decision
-that failed open on a body it took). Seeded; the suite runs a few seconds;
-``LOOPWARDEN_FUZZ_SECONDS=300`` (and ``LOOPWARDEN_FUZZ_SEED``) runs longer.
+that failed open on a body it took). Bodies nested 100,000 deep and of 8 MB are among them.
+Seeded; the suite runs a few seconds; ``LOOPWARDEN_FUZZ_SECONDS=300`` (and ``LOOPWARDEN_FUZZ_SEED``) runs longer.
 """
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ PATHS = ["/v1/check", "/v1/result", "/v1/ack", "/v1/run_start", "/v1/run_end", "
 def body(rng: random.Random) -> bytes:
     doc = {"agent_id": "a", "session_id": rng.choice(["s1", "s2"]), "tool_name": "read"}
     doc["params"] = {"path": MARK.decode(), "n": rng.randrange(5)}
+    roll = rng.random()
+    if roll < 0.05:  # nested past every decoder's recursion bound
+        depth = rng.choice([65, 1000, 100_000])
+        return json.dumps(doc).encode()[:-1] + b', "deep": ' + b"[" * depth + b"]" * depth + b"}"
+    if roll < 0.07:  # 8 MB
+        return json.dumps(doc | {"result": "r" * (8 << 20)}).encode()
     if rng.random() < 0.3:
         doc[rng.choice(["verdict_id", "tool_call_id", "run_id", "reason"])] = MARK.decode() * rng.randrange(1, 80)
     return json.dumps(doc).encode()

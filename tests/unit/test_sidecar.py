@@ -213,6 +213,21 @@ async def test_a_body_that_is_not_utf8_inside_a_free_form_value_is_400(http):
     assert out.events == [] and svc.client.stats.local_errors == 0 and svc.stats.bad_requests == 2
 
 
+async def test_a_body_nested_past_the_wire_bound_is_400_without_a_trace(http, caplog):
+    """100,000-deep params made msgspec raise RecursionError: a 500 and a stack trace in the log per
+    request. Bodies deeper than the wire's bound (the worker dead-letters such events) are 400."""
+    client, svc, out = await http()
+    for depth in (64, 1000, 100_000):
+        params = b"[" * depth + b"]" * depth
+        for path in ("/v1/check", "/v1/hooks/claude-code"):
+            r = await client.post(path, data=b'{"agent_id":"a","tool_name":"t","params":' + params + b"}")
+            assert r.status == 400 and "nested deeper than 64" in (await r.json())["error"]
+    at_bound = b"[" * 63 + b"]" * 63  # the body around it makes 64
+    ok = await client.post("/v1/check", data=b'{"agent_id":"a","tool_name":"t","params":' + at_bound + b"}")
+    assert ok.status == 200
+    assert svc.stats.internal_errors == 0 and "Traceback" not in caplog.text and len(out.events) == 1
+
+
 async def test_unknown_path_404_wrong_method_405(http):
     client, svc, out = await http()
     r = await client.get("/v1/nope")
