@@ -68,12 +68,20 @@ def hook_command(host: str, args: argparse.Namespace) -> str:
     return shlex.join(argv)
 
 
+TOKEN_ENV = "LOOPWARDEN_SIDECAR_TOKEN"  # what an http hook's Authorization header is filled from
+
+
 def _handler(host: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.http:
         url = service_url(args.url).rstrip("/")
         handler: dict[str, Any] = {"type": "http", "url": f"{url}/v1/hooks/claude-code", "timeout": HOOK_TIMEOUT}
-        if args.agent_id:
-            handler["headers"] = {"X-Loopwarden-Agent-Id": args.agent_id}
+        headers = {"X-Loopwarden-Agent-Id": args.agent_id} if args.agent_id else {}
+        if args.token_file:  # Claude Code fills $VAR in a header from its environment, never a file:
+            # the token stays out of the settings file (often committed); HOOKS.md has the export line
+            headers["Authorization"] = f"Bearer ${TOKEN_ENV}"
+            handler["allowedEnvVars"] = [TOKEN_ENV]
+        if headers:
+            handler["headers"] = headers
         return handler
     handler = {"type": "command", "command": hook_command(host, args)}
     if host == "claude-code":
@@ -152,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="the project folder (default: the current one)")
     p.add_argument("--user", action="store_true", help="the user's settings file instead of the project's")
     p.add_argument("--agent-id", help="the agent id the service sees (default: the host's name)")
-    p.add_argument("--url", help="the decision service (default: $LOOPWARDEN_SIDECAR_URL or http://127.0.0.1:7766)")
+    p.add_argument(
+        "--url",
+        help="the decision service, unix:/PATH or http://HOST:PORT (default: $LOOPWARDEN_SIDECAR_URL, else the "
+        "service's own default socket, so neither side needs it; --http needs an http:// one)",
+    )
     p.add_argument("--token-file", help="bearer token file, for a service beyond loopback")
     p.add_argument("--command", help="the hook command before HOST (default: this Python, -S, hooks/run.py)")
     p.add_argument(
@@ -186,6 +198,13 @@ def main(argv: list[str]) -> int:
     if args.http and args.host != "claude-code":
         print("loopwarden hook install: --http is for claude-code only (the other hosts run commands)", file=sys.stderr)
         return 2
+    if args.http and not service_url(args.url).startswith("http://"):
+        print(
+            "loopwarden hook install: --http needs the service's TCP URL (--url http://127.0.0.1:PORT, the service "
+            "started with --port PORT); the command hook (without --http) uses the default socket",
+            file=sys.stderr,
+        )
+        return 2
     block = snippet(args.host, args)
     if not args.http and not args.command:
         precompile()
@@ -199,6 +218,8 @@ def main(argv: list[str]) -> int:
         print(f"loopwarden hook install: {path}: {exc}; not changed", file=sys.stderr)
         return 1
     print(f"loopwarden hook install: {args.host} hooks written to {path}")
+    if args.http and args.token_file and not os.environ.get(TOKEN_ENV):
+        print(f'export {TOKEN_ENV}="$(cat {shlex.quote(args.token_file)})" before starting claude', file=sys.stderr)
     if args.host == "codex":
         print(
             "codex runs project hooks only in a trusted project, and asks you to trust new hooks once "

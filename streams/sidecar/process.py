@@ -18,8 +18,18 @@ from pathlib import Path
 _LISTENING = re.compile(r"listening on (\S+)")
 
 
+def _listeners(args: list[str]) -> list[str]:
+    """TCP on a free port unless ``args`` say otherwise, and no Unix socket unless they name one: a child
+    never takes the user's default socket (``--socket`` with that path does)."""
+    out = [] if "--no-tcp" in args or any(a.startswith("--port") for a in args) else ["--port", "0"]
+    if not any(a.startswith(("--socket", "--no-socket")) for a in args):
+        out.append("--no-socket")
+    return out
+
+
 class SidecarProcess:
-    """``SidecarProcess(["--config", path, "--bootstrap", b]).start()``; ``.url``, ``.stop()``."""
+    """``SidecarProcess(["--config", path, "--bootstrap", b]).start()``; ``.url`` (TCP on a free port unless
+    the args say otherwise; a Unix socket only with ``--socket``), ``.stop()``."""
 
     def __init__(self, args: list[str], log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.args = args
@@ -31,7 +41,7 @@ class SidecarProcess:
 
     def start(self, timeout: float = 60.0) -> SidecarProcess:
         stderr = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-        cmd = [sys.executable, "-m", "loopwarden.cli", "sidecar", "--port", "0", *self.args]
+        cmd = [sys.executable, "-m", "loopwarden.cli", "sidecar", *_listeners(self.args), *self.args]
         env = {**os.environ, **(self.env or {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env)
         if stderr is not subprocess.DEVNULL:

@@ -337,7 +337,7 @@ async def test_unix_socket_is_0600_and_serves(tmp_path):
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "example.org"])
 def test_refuses_to_bind_beyond_loopback_without_a_token(host, capsys):
     parser = cli.build_parser()
-    args = parser.parse_args(["sidecar", "--host", host, "--config", "x.json"])
+    args = parser.parse_args(["sidecar", "--host", host, "--port", "0", "--config", "x.json"])
     assert args.func(args) == 2
     assert "beyond loopback" in capsys.readouterr().err
 
