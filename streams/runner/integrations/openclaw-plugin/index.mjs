@@ -285,15 +285,15 @@ export function createGuard(
     }
     const key = callKey(ref, bounded(answer.tool_call_id) || callId);
     // the model reads the service's words only from this user's own service; else words from the fields
-    const text = (action) => (trusted ? shown(answer.message, null) : null) ?? fieldText(action, answer.detector, answer.count);
+    const text = (action, fallback) => (trusted ? shown(answer.message, fallback) : fieldText(action, answer.detector, answer.count));
     if (answer.proceed === false || answer.action === "block" || answer.action === "abort") {
       stats.blocked += 1;
       remember(key, { checked: true });
-      return { block: true, blockReason: text(answer.action === "abort" ? "abort" : "block") ?? BLOCKED };
+      return { block: true, blockReason: text(answer.action === "abort" ? "abort" : "block", BLOCKED) };
     }
     if (answer.action === "warn") {
       stats.warned += 1;
-      const warning = text("warn");
+      const warning = text("warn", null);
       remember(key, { checked: true, warning });
       if (warning) logger.warn(`[loopwarden] ${ref.agent_id} ${event?.toolName}: ${warning}`);
       return undefined;
