@@ -70,7 +70,10 @@ def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
     except ValueError as exc:
         return "", f"loopwarden hook: {exc}; allowing\n"
     try:
-        data = json.loads(stdin[:MAX_INPUT]) if len(stdin) <= MAX_INPUT else None
+        try:
+            data = json.loads(stdin) if len(stdin) <= MAX_INPUT else None
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past what the parser takes
+            data = None
         if not isinstance(data, dict):
             return "", "loopwarden hook: the hook input is not a JSON object (or too large); allowing\n"
         service = Service(opts.url, read_token(opts.token_file), opts.timeout)

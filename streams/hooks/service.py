@@ -265,7 +265,8 @@ class Service:
     def post(self, path: str, body: dict) -> dict | None:
         try:
             unix, host, port, prefix = parse_url(self.url)
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            # a lone surrogate (not UTF-8) is sent as its escape text: distinct, deterministic, never a 400
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
             head = [
                 f"POST {prefix}{path} HTTP/1.1",
                 f"Host: {host}:{port}" if unix is None else "Host: localhost",
