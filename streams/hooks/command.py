@@ -27,7 +27,8 @@ USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id 
 
 Answers one hook of a coding agent from the local decision service (`loopwarden sidecar`).
 Environment: LOOPWARDEN_AGENT_ID (default: the host's name), LOOPWARDEN_SIDECAR_URL
-(default http://127.0.0.1:7766, or unix:/path), LOOPWARDEN_SIDECAR_TOKEN_FILE,
+(default: the service's own socket, unix:~/.loopwarden/run/sidecar.sock; or
+http://HOST:PORT), LOOPWARDEN_SIDECAR_TOKEN_FILE,
 LOOPWARDEN_HOOK_TIMEOUT (seconds per request, default 1)."""
 
 
