@@ -160,7 +160,8 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
                 private=args.socket == default_socket(),
             )
         except OSError as exc:
-            print(f"loopwarden sidecar: {exc}", file=sys.stderr)
+            hint = " (a socket's path is at most 107 bytes: --socket SHORTER, and the same URL to the clients)"
+            print(f"loopwarden sidecar: {exc}{hint if 'too long' in str(exc) else ''}", file=sys.stderr)
             return 2
         try:
             mode = "local" if client.local else "worker"
