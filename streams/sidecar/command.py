@@ -22,7 +22,6 @@ log = logging.getLogger("loopwarden.sidecar")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from loopwarden.hooks.service import default_socket
-    from loopwarden.runner.settings import ClientSettings
 
     p = subparsers.add_parser(
         "sidecar",
@@ -53,10 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Kafka bootstrap servers to publish events to and take verdicts and config from (else "
         "LOOPWARDEN_RUNNER_BOOTSTRAP; with neither, no broker is contacted: a standalone service)",
     )
-    defaults = ClientSettings()
-    p.add_argument("--events-topic", help=f"the events topic (default {defaults.events_topic})")
-    p.add_argument("--control-topic", help=f"the verdicts topic (default {defaults.control_topic})")
-    p.add_argument("--config-topic", help=f"the live config topic (default {defaults.config_topic})")
+    # the defaults are LoopClient's (streams/runner/RUNNER.md, "Settings"): importing it here would cost every command
+    p.add_argument("--events-topic", help="the events topic (default: LoopClient's, agent.events)")
+    p.add_argument("--control-topic", help="the verdicts topic (default: LoopClient's, agent.loop-control)")
+    p.add_argument("--config-topic", help="the live config topic (default: LoopClient's, agent.loop-config)")
     p.add_argument(
         "--decisions",
         choices=["auto", "local", "worker"],

@@ -141,8 +141,13 @@ def test_every_sidecar_flag_has_a_help_line_and_the_broker_default_is_stated(cap
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["sidecar"]
     missing = [a.option_strings for a in sub._actions if a.option_strings and not a.help]
     assert not missing
-    text = sub.format_help()
-    assert "no broker is contacted" in " ".join(text.split())
+    text = " ".join(sub.format_help().split())
+    assert "no broker is contacted" in text
+    from loopwarden.runner.settings import ClientSettings
+
+    defaults = ClientSettings()
+    for topic in (defaults.events_topic, defaults.control_topic, defaults.config_topic):
+        assert f"LoopClient's,{topic})" in text.replace(" ", "")  # the defaults the help states are the client's
 
 
 # -- F5: the client sends nothing to a listener that is not this user's --------------------------------------
