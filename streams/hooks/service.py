@@ -166,7 +166,7 @@ def _dechunk(body: bytes) -> bytes:
         pos = end + 2 + size + 2
 
 
-def authenticate(sock: socket.socket, unix: str | None, host: str, port: int) -> bool:
+def authenticate(sock: socket.socket, unix: str | None) -> bool:
     """Check a connected socket's listener before anything is sent; raise :class:`Untrusted` when it is
     another user's. True: it is this user's (or root's) service; False: TCP whose owner cannot be read
     (beyond loopback, or no ``/proc``): usable, but its text is not shown to the model."""
@@ -176,8 +176,9 @@ def authenticate(sock: socket.socket, unix: str | None, host: str, port: int) ->
         if uid is not None and not trusted_uid(uid):
             raise Untrusted(f"the service at {unix} runs as uid {uid}, not this user")
         return True
-    family = _address_family(host)
-    if family is None or not _loopback(host, family):
+    family = sock.family
+    host, port = sock.getpeername()[:2]  # the address connected to (a host name resolved)
+    if not _loopback(host, family):
         return False
     uid = tcp_listener_uid(host, port, family)
     if uid is None:
@@ -188,7 +189,7 @@ def authenticate(sock: socket.socket, unix: str | None, host: str, port: int) ->
 
 
 def _loopback(host: str, family: int) -> bool:
-    return host == "::1" if family == socket.AF_INET6 else host.startswith("127.")
+    return host == "::1" if family == socket.AF_INET6 else family == socket.AF_INET and host.startswith("127.")
 
 
 VERDICT_TEXT = {
@@ -254,7 +255,7 @@ class Service:
         try:
             if target is not None:
                 sock.connect(target)
-            trusted = authenticate(sock, unix, host, port)
+            trusted = authenticate(sock, unix)
             if unix is None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:

@@ -28,7 +28,7 @@ class _UnixConnection(http.client.HTTPConnection):
         sock.settimeout(self.timeout)
         try:
             sock.connect(self._path)
-            authenticate(sock, self._path, "localhost", 0)
+            authenticate(sock, self._path)
         except OSError:
             sock.close()
             raise
@@ -39,7 +39,7 @@ class _TCPConnection(http.client.HTTPConnection):
     def connect(self) -> None:
         super().connect()
         try:
-            authenticate(self.sock, None, self.host, self.port)
+            authenticate(self.sock, None)
         except OSError:
             self.sock.close()
             self.sock = None

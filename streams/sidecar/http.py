@@ -458,7 +458,10 @@ class HTTPServer:
         if oldest is None:
             return False
         self.counts.connections_evicted += 1
-        oldest._fail(503, "connection closed for a newer one (idle, or not authenticated)")
+        # it holds no request: the answer and a plain close (no lingering: a flood of newcomers
+        # must not turn into a pile of closing sockets)
+        oldest.transport.write(response_bytes(503, _error_body("connection closed for a newer one"), close=True))
+        oldest._close()
         self.forget(oldest)
         return True
 
