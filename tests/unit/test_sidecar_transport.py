@@ -367,3 +367,26 @@ def _interpolate(value: str, allowed: list[str], env: dict[str, str]) -> str:
     import re
 
     return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m[1], "") if m[1] in allowed else "", value)
+
+
+def test_idle_sockets_without_the_token_lock_no_client_out_of_the_real_service(tmp_path: Path):
+    """F4 as reported: 1,024 idle sockets on a ``--token-file`` TCP bind got every client a 503 for 60 s.
+    1,200 raw sockets that never send a byte, then a client with the token: answered."""
+    token = tmp_path / "token"
+    token.write_text("tok-f4\n")
+    service = SidecarProcess(["--config", str(LOW), "--token-file", str(token)]).start()
+    host, port = service.url.removeprefix("http://").rsplit(":", 1)
+    idle = []
+    try:
+        for _ in range(1200):
+            sock = socket.create_connection((host, int(port)))
+            idle.append(sock)
+        with SidecarClient(service.url, token="tok-f4") as client:
+            answer = client.check("dev", "exec", {"command": "ls"}, session_id="s")
+            assert answer["action"] == "allow"
+            service_stats = client.get("/v1/stats")["service"]
+        assert service_stats["connections_evicted"] >= 1200 - 64 and service_stats["connections_refused"] == 0
+    finally:
+        for sock in idle:
+            sock.close()
+        service.stop()
