@@ -183,6 +183,8 @@ def authenticate(sock: socket.socket, unix: str | None) -> bool:
     uid = tcp_listener_uid(host, port, family)
     if uid is None:
         return False
+    if uid < 0:
+        raise Untrusted(f"no listener of {host}:{port} in /proc/net/tcp: not this user's service")
     if not trusted_uid(uid):
         raise Untrusted(f"{host}:{port} is not this user's service (listener uid {uid})")
     return True
