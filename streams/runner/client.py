@@ -376,7 +376,7 @@ class LoopClient:
             entry = self._runs.get(key)
             for verdict in self._decide(key, event):
                 self._deliver(entry, verdict)
-        await self.publish(event)
+        self._put(event, key)
 
     async def tool_call(
         self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None

@@ -44,15 +44,11 @@ class Run:
     def __init__(self, client: RunHost, ref: wire.RunRef) -> None:
         self.client = client
         self.ref = ref
+        self.ident = ref.ident  # the run in its client: (run key, agent, session) (:attr:`wire.RunRef.ident`)
 
     @property
     def key(self) -> str:
         return self.ref.key
-
-    @property
-    def ident(self) -> wire.Ident:
-        """The run in its client: (run key, agent, session) (:attr:`wire.RunRef.ident`)."""
-        return self.ref.ident
 
     @property
     def state(self) -> RunState:

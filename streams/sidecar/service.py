@@ -202,13 +202,10 @@ class Service:
         size = _ENTRY + len(ident[0]) + len(call_id) + len(call.tool_name)
         params = call.params
         if params is not UNSET:
-            if len(params) > KEPT_PARAMS:  # a Raw keeps the whole request body alive: copy the digest only
+            if len(params) > KEPT_PARAMS:  # kept as a digest: the Raw would keep the whole request body
                 entry.digest = _digest(params)
                 entry.decision = msgspec.structs.replace(decision, call=msgspec.structs.replace(call, params=UNSET))
-            else:
-                entry.decision = msgspec.structs.replace(
-                    decision, call=msgspec.structs.replace(call, params=Raw(bytes(params)))
-                )
+            else:  # copied out of the request body by _call
                 size += len(params)
         key = (ident, call_id)
         slot.pending[call_id] = None
@@ -288,7 +285,7 @@ class Service:
                 self.stats.worker_warnings += 1
                 # the call's result hands it back too (hosts that show context only after the call)
                 decision = msgspec.structs.replace(decision, action="warn", verdict=verdict)
-        self._remember(ref.ident, slot, decision)
+        self._remember(slot.run.ident, slot, decision)
         return api.CheckResponse(
             action=action,
             proceed=action in ("allow", "warn"),
@@ -308,7 +305,7 @@ class Service:
         ref = self._ref(req)
         assert ref is not None
         slot = self._slot(ref)
-        pending = self._take(ref.ident, slot, req)
+        pending = self._take(slot.run.ident, slot, req)
         result: Any = req.result
         if pending is not None:
             decision = pending.decision
@@ -321,7 +318,7 @@ class Service:
             elif decision.action in ("block", "abort") and result is not UNSET:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
-            return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref))
+            return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref, slot.run.ident))
         self.stats.results_unpaired += 1
         call = ToolCall(
             agent_id=ref.agent_id,
@@ -338,13 +335,13 @@ class Service:
         # outcome), never applied to the local decision: whoever has the run's ids cannot feed it
         # outcomes that seem to progress and lift the run's block.
         await self.client.publish(wire.result_for(call, result=result, error=req.error, encode=self.client.encode))
-        return api.Ok(paired=False, abort=self._abort(ref))
+        return api.Ok(paired=False, abort=self._abort(ref, slot.run.ident))
 
-    def _abort(self, ref: wire.RunRef) -> api.Warning | None:
+    def _abort(self, ref: wire.RunRef, ident: wire.Ident) -> api.Warning | None:
         """The run's abort, if it has one: the post-compaction guard aborts on a result, and a worker's
         abort may land while a call runs. Hosts that can end a session after a call (Claude Code's
         PostToolUse) do it with this answer instead of waiting for the run's next check."""
-        state = self.client.state(ref.ident)
+        state = self.client.state(ident)
         if state is None or state.aborted is None:
             return None
         verdict = state.aborted
@@ -444,7 +441,12 @@ class Service:
 
 def _call(ref: wire.RunRef, req: api.CheckRequest | api.BatchCall) -> ToolCall:
     call = wire.tool_call(ref, req.tool_name, None, tool_call_id=req.tool_call_id)
-    return call if req.params is UNSET else msgspec.structs.replace(call, params=req.params)
+    params = req.params
+    if params is UNSET:
+        return call
+    # a decoded Raw keeps the whole request body alive: small params are copied out of it (large ones
+    # only until the check is answered: Service._remember keeps their digest)
+    return msgspec.structs.replace(call, params=params.copy() if len(params) <= KEPT_PARAMS else params)
 
 
 def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:
