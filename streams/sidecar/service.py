@@ -157,6 +157,7 @@ class Service:
         ident = ref.ident
         slot = self._runs.get(ident)
         if slot is not None:
+            slot.ended = False  # resumed: its next run_end is published again
             return slot
         run = self.client.run(ref.agent_id, ref.session_id, ref.run_id, on_verdict=self._on_verdict(ref))
         slot = _RunSlot(run)
