@@ -169,6 +169,9 @@ class Tables(msgspec.Struct, kw_only=True):
     max_runs: int
     max_pending: int
     max_body: int
+    live_runs: int = 0  # runs with a warning, block or abort: the last to be evicted
+    pending_bytes: int = 0
+    max_pending_bytes: int = 0
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -200,6 +203,8 @@ class ServiceStats(msgspec.Struct, kw_only=True):
     sessions_evicted: int = 0
     runs_evicted: int = 0
     pending_evicted: int = 0
+    live_runs_evicted: int = 0  # runs with a warning, block or abort evicted (a flood past the live share)
+    runs_kept: int = 0  # runs ended with a warning, block or abort: kept, their ids resumed still blocked
     results_unpaired: int = 0
     worker_warnings: int = 0  # worker warnings (cross-run, corrections) answered on a check
 

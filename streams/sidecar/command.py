@@ -61,9 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["auto", "local", "worker"],
         help="who decides: local (the config), worker (a round trip), auto: local when there is a config",
     )
-    p.add_argument("--max-sessions", type=int, default=10_000, help="sessions remembered (LRU)")
-    p.add_argument("--max-runs", type=int, default=10_000, help="runs driven at once (LRU)")
+    p.add_argument("--max-sessions", type=int, default=10_000, help="sessions remembered (LRU, live ones last)")
+    p.add_argument("--max-runs", type=int, default=10_000, help="runs driven at once (LRU, live ones last)")
     p.add_argument("--max-pending", type=int, default=100_000, help="checks awaiting their result (LRU)")
+    p.add_argument("--max-pending-bytes", type=int, default=32 << 20, help="bytes of the checks awaiting their result")
     p.add_argument("--max-body", type=int, default=1 << 20, help="bytes of one request body (413 beyond)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p.set_defaults(func=run)
@@ -134,7 +135,11 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
     from loopwarden.sidecar.service import Limits, Service
 
     limits = Limits(
-        max_sessions=args.max_sessions, max_runs=args.max_runs, max_pending=args.max_pending, max_body=args.max_body
+        max_sessions=args.max_sessions,
+        max_runs=args.max_runs,
+        max_pending=args.max_pending,
+        max_pending_bytes=args.max_pending_bytes,
+        max_body=args.max_body,
     )
     client = LoopClient(**client_overrides(args))
     standalone = not broker_given(args)

@@ -263,7 +263,9 @@ async def test_every_table_is_a_bounded_lru(http):
     for i in range(5):
         await client.post("/v1/check", json={"agent_id": "a", "session_id": f"s{i}", "tool_name": "read"})
     health = await (await client.get("/v1/health")).json()
-    assert health["tables"] == {
+    tables = health["tables"]
+    assert 0 < tables.pop("pending_bytes") < 2000  # two checks' ids, no params
+    assert tables == {
         "sessions": 3,
         "runs": 2,
         "pending": 2,  # a dropped run's pending checks go with it
@@ -271,6 +273,8 @@ async def test_every_table_is_a_bounded_lru(http):
         "max_runs": 2,
         "max_pending": 4,
         "max_body": 1 << 20,
+        "live_runs": 0,
+        "max_pending_bytes": 32 << 20,
     }
     assert len(svc.client._runs) == 2  # dropped runs are no longer registered with the client
     for _ in range(6):
