@@ -611,6 +611,10 @@ def _run(args) -> int:
     if not traces:
         print("loopwarden tune: no TRACE given (JSONL event files or directories)", file=sys.stderr)
         return 2
+    for trace in traces:  # before the config's notices: a missing trace is the one line to see
+        if not Path(trace).exists():
+            print(f"loopwarden tune: cannot read {trace}: no such file or directory", file=sys.stderr)
+            return 2
     fleet = load_checked(args.config, lambda text: print(f"loopwarden tune: {text}", file=sys.stderr))
     if fleet is None:
         return 2

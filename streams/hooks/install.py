@@ -332,8 +332,13 @@ def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = Fals
     return True
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: ANN201 - NoReturn: a usage error is one line, as in every command
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="loopwarden hook install",
         description="Write (merged into the existing file) or print a coding agent's hook settings for loopwarden.",
     )
