@@ -26,7 +26,7 @@ from typing import NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from loopwarden import extra_hint
+from loopwarden import UsageError, extra_hint
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
@@ -613,8 +613,7 @@ def _run(args) -> int:
         return 2
     for trace in traces:  # before the config's notices: a missing trace is the one line to see
         if not Path(trace).exists():
-            print(f"loopwarden tune: cannot read {trace}: no such file or directory", file=sys.stderr)
-            return 2
+            raise UsageError(f"cannot read {trace}: no such file or directory")
     fleet = load_checked(args.config, lambda text: print(f"loopwarden tune: {text}", file=sys.stderr))
     if fleet is None:
         return 2

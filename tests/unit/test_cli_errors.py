@@ -119,3 +119,27 @@ def test_a_bad_input_is_one_line_and_exit_2(row: Row, tmp_path: Path) -> None:
     if not row.logs:
         assert lines == ours, out.stderr
     assert row.says.format(**fill) in ours[0]
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only errors a user can fix become one line: anything else still raises, for its traceback."""
+    import argparse
+
+    from loopwarden import UsageError, cli
+
+    assert cli.error_line(KeyError("run"), "replay") is None
+    assert cli.error_line(ValueError("bad"), "replay") is None
+    assert cli.error_line(UsageError("--x: wrong"), "replay") == "--x: wrong"
+    assert cli.error_line(FileNotFoundError(2, "No such file or directory", "/a"), "up") == (
+        "/a: No such file or directory"
+    )
+
+    def broken(args: argparse.Namespace) -> int:
+        raise KeyError("a bug")
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["replay", TRACE])
+    args.func = broken
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": lambda self, argv: args})())
+    with pytest.raises(KeyError):
+        cli.main(["replay", TRACE])
