@@ -96,6 +96,57 @@ class ClaudeCode(Host):
         "PreCompact": COMPACT,
     }
 
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        super().outcome(ev, data)
+        if ev.error is None and isinstance(ev.result, dict):
+            ev.result = claude_shown(ev.tool_name or "", ev.result)
+
+
+# Fields of a Claude Code tool_response the model is never shown and that change from run to run.
+_CLAUDE_VOLATILE = frozenset({"durationMs", "duration_ms", "backgroundTaskId", "persistedOutputPath", "uuid"})
+
+
+def _claude_rest(response: dict) -> str:
+    return json.dumps({k: v for k, v in response.items() if k not in _CLAUDE_VOLATILE}, sort_keys=True, default=str)
+
+
+def claude_shown(tool: str, response: dict) -> object:
+    """What the model is shown of a Claude Code tool's ``tool_response`` (an object for the built-in
+    tools), as one text: two responses give equal text exactly when the model was shown equal
+    text, the host's volatile parts (durations, saved-output paths, task ids) aside. A plain
+    object would hash only on its ``details``/``content`` (RULES.md section 4.3), alike for every
+    call of a tool. The table is in CLAUDE-CODE.md."""
+    if tool == "Bash":
+        # stderr arrives merged into stdout; the full output even when the model is shown only a
+        # preview of it (the rest is saved to a file it may read): unequal outputs stay unequal
+        text = "\n".join(str(response.get(k) or "") for k in ("stdout", "stderr") if response.get(k))
+        if response.get("interrupted") is True:
+            text += "\n<error>Command was aborted before completion</error>"
+        return text
+    if tool == "Read":
+        file = response.get("file")
+        if response.get("type") == "text" and isinstance(file, dict) and isinstance(file.get("content"), str):
+            start = file.get("startLine") if isinstance(file.get("startLine"), int) else 1
+            return "\n".join(f"{start + i}\t{line}" for i, line in enumerate(file["content"].split("\n")))
+        return _claude_rest(response)
+    if tool == "Grep":
+        names = response.get("filenames")
+        if response.get("mode") == "files_with_matches" and isinstance(names, list):
+            text = f"Found {len(names)} files\n" + "\n".join(map(str, names))
+        elif isinstance(response.get("content"), str):
+            text = response["content"]
+        else:
+            return _claude_rest(response)
+        pages = [f"{k}={response[k]}" for k in ("appliedLimit", "appliedOffset") if response.get(k) is not None]
+        return text + (f"\n[{', '.join(pages)}]" if pages else "")
+    if tool == "Glob" and isinstance(response.get("filenames"), list):
+        text = "\n".join(map(str, response["filenames"]))
+        return text + ("\n(Results are truncated.)" if response.get("truncated") is True else "")
+    if tool in ("Edit", "MultiEdit", "Write"):  # the file changed (or not) and how: not the whole file
+        keys = ("type", "filePath", "structuredPatch", "userModified", "replaceAll")
+        return json.dumps({k: response.get(k) for k in keys}, sort_keys=True, default=str)
+    return _claude_rest(response)
+
 
 class Codex(ClaudeCode):
     """Codex CLI: Claude's shapes; ``turn_id`` names the user prompt. ``continue: false``
@@ -104,6 +155,7 @@ class Codex(ClaudeCode):
 
     name = "codex"
     run_field = "turn_id"
+    outcome = Host.outcome  # Codex's tool_response shapes are its own (CODEX.md), not Claude Code's
     events = {
         "UserPromptSubmit": PROMPT,
         "PreToolUse": PRE,

@@ -173,7 +173,7 @@ def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_a
     assert service.paths() == ["/v1/run_start", "/v1/result", "/v1/result", "/v1/run_end", "/v1/compaction"]
     bodies = [b for _, b, _ in service.seen]
     assert bodies[0] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
-    assert bodies[1]["result"] == {"stdout": "ok"} and "error" not in bodies[1]
+    assert bodies[1]["result"] == "ok" and "error" not in bodies[1]  # Bash: the text the model is shown
     assert bodies[1]["tool_call_id"] == "toolu_1" and bodies[1]["run_id"] == "p-2"
     assert bodies[2]["error"] == "exit 2" and "result" not in bodies[2]
     assert bodies[3] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
@@ -310,8 +310,10 @@ def test_a_large_result_is_sent_as_a_digest_string_so_unequal_texts_stay_unequal
         sha = hashlib.sha256(text.encode()).hexdigest()
         assert got == f"[loopwarden digest sha256={sha} chars={len(text)}]"
     assert sent[0] != sent[1] and sent[1] == sent[2]
-    small = {"stdout": "ok", "stderr": ""}  # under the bound: sent as it is
-    hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": small, "tool_name": "X"})
+    small = [{"type": "text", "text": "ok"}]  # under the bound: sent as it is (an MCP tool's content)
+    hook(
+        "claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": small, "tool_name": "mcp__s__t"}
+    )
     assert service.seen[-1][1]["result"] == small
 
 
@@ -526,3 +528,67 @@ def test_gemini_shell_results_drop_the_process_group_line_so_a_repeated_failure_
         hook("gemini", post | {"tool_response": {"llmContent": output, "returnDisplay": "boom"}})
     first, second = (b["result"] for _, b, _ in service.seen)
     assert first == second == "<untrusted_context>\nOutput: boom\n</untrusted_context>"
+
+
+def _claude_responses(n: int) -> dict[str, tuple[dict, dict]]:
+    """(tool_input, tool_response) per Claude Code tool, as 2.1.197 gives them, the shown part varying with ``n``."""
+    path = "/p/f.txt"
+    return {
+        "Bash": (
+            {"command": "make test"},
+            {"stdout": f"passed {n}", "stderr": "", "interrupted": False, "isImage": False},
+        ),
+        "Read": (
+            {"file_path": path},
+            {
+                "type": "text",
+                "file": {"filePath": path, "content": f"line {n}\n", "numLines": 2, "startLine": 1, "totalLines": 2},
+            },
+        ),
+        "Grep": ({"pattern": "a"}, {"mode": "files_with_matches", "filenames": [f"f{n}.txt"], "numFiles": 1}),
+        "Grep-content": (
+            {"pattern": "a", "output_mode": "content"},
+            {"mode": "content", "numFiles": 0, "filenames": [], "content": f"f.txt:1:a {n}", "numLines": 1},
+        ),
+        "Glob": (
+            {"pattern": "*.txt"},
+            {"filenames": [f"f{n}.txt"], "durationMs": 3, "numFiles": 1, "truncated": False},
+        ),
+        "Write": (
+            {"file_path": path, "content": "x"},
+            {
+                "type": "update",
+                "filePath": path,
+                "content": "x",
+                "structuredPatch": [{"lines": [f"-{n}", "+x"]}],
+                "originalFile": str(n),
+            },
+        ),
+        "Edit": (
+            {"file_path": path, "old_string": "a", "new_string": "b"},
+            {
+                "filePath": path,
+                "oldString": "a",
+                "newString": "b",
+                "originalFile": f"a {n}",
+                "structuredPatch": [{"lines": [f"-a {n}", f"+b {n}"]}],
+                "userModified": False,
+                "replaceAll": False,
+            },
+        ),
+    }
+
+
+@pytest.mark.parametrize("tool", list(_claude_responses(0)))
+def test_claude_code_tool_responses_hash_as_what_the_model_was_shown(live_service, tool: str) -> None:
+    """A plain-object tool_response hashed alike for every call of a tool (Read, Grep, Glob, Bash):
+    identical calls with changing output were blocked at 21. Mapped to the shown text, changing
+    output is never blocked, identical output is (at 21), and a volatile field (Glob's duration) does not count."""
+    name = tool.split("-")[0]
+    changing = [_claude_responses(n)[tool] for n in range(25)]
+    assert run_calls(live_service.url, f"map-{tool}", changing, tool=name) == []
+    same = []
+    for n in range(22):
+        params, response = _claude_responses(0)[tool]
+        same.append((params, response | ({"durationMs": n} if "durationMs" in response else {})))
+    assert run_calls(live_service.url, f"map-same-{tool}", same, tool=name) == [21, 22]
