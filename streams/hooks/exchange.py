@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from loopwarden.hooks.hosts import COMPACT, POST, PRE, PROMPT, STOP, HookEvent, Host
+from loopwarden.hooks.hosts import COMPACT, POST, PRE, PROMPT, STOP, HookEvent, Host, digest_form
 
 TYPE_CHECKING = False  # typing itself is not imported: the hook path loads only what it runs
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ def digest(text: str) -> str:
     the same form. Lone surrogates are hashed as they are (``surrogatepass``), never replaced."""
     import hashlib
 
-    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"[loopwarden digest sha256={sha} chars={len(text)}]"
+    return digest_form(hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), len(text))
 
 
 def _deeper(value: object, limit: int) -> bool:
@@ -110,6 +109,23 @@ def flatten_deep(raw: bytes, limit: int = MAX_DEPTH + 1) -> str:
     return "".join(out) + text[pos:]
 
 
+_DONE = {"warn": "warned the agent about", "block": "blocked", "abort": "ended the session at"}
+
+
+def _tell_user(host: Host, out: dict | None, ev: HookEvent, action: str, decision: dict) -> dict | None:
+    """``out`` with one line for the person at the keyboard where the host has a field for it,
+    built from the verdict's fields and the host's own tool name (never the service's free text)."""
+    if out is None or host.user_field is None:
+        return out
+    detector, count = decision.get("detector"), decision.get("count")
+    why = [detector if isinstance(detector, str) and detector.isidentifier() else "loop detection"]
+    if isinstance(count, int) and not isinstance(count, bool):
+        why.append(f"count {count}")
+    tool = (ev.tool_name or "a tool")[:64]
+    line = f"loopwarden {_DONE.get(action, action)} a {tool} call ({', '.join(why)})"
+    return out | {host.user_field: line}
+
+
 def exchange(host: Host, agent_id: str, data: dict) -> Exchange:
     """The requests for one hook input ``data`` of ``host``, then the host's output."""
     ev = host.parse(data)
@@ -139,12 +155,13 @@ def _pre(host: Host, ev: HookEvent, base: dict) -> Exchange:
     if action == "warn":
         if not host.warns_before:
             return None  # handed over with the call's result (post)
-        out = host.context(ev, _message(d, "Tool-loop warning."))
+        out = _tell_user(host, host.context(ev, _message(d, "Tool-loop warning.")), ev, action, d)
         yield from _ack(base, run_id, d)
         return out
     if action in ("block", "abort"):
         message = _message(d, "Tool call blocked by loop detection.")
         out = host.abort(ev, message) if action == "abort" else host.deny(ev, message)
+        out = _tell_user(host, out, ev, action, d)
         # the call will not run and the model reads the veto: the service acks the block/abort as applied
         yield "/v1/result", call | {"run_id": run_id, "tool_call_id": call_id, "blocked": True}
         return out
@@ -161,14 +178,14 @@ def _post(host: Host, ev: HookEvent, base: dict) -> Exchange:
     answer = yield "/v1/result", body
     abort = answer.get("abort") if answer else None
     if isinstance(abort, dict):  # the run is aborted: end the session where the host allows it here
-        out = host.abort(ev, _message(abort, "Run aborted by loop detection."))
+        out = _tell_user(host, host.abort(ev, _message(abort, "Run aborted by loop detection.")), ev, "abort", abort)
         if out is not None:
             yield from _ack(base, abort.get("run_id") or ev.run_id, abort)
         return out
     warning = answer.get("warning") if answer else None
     if host.warns_before or not isinstance(warning, dict):
         return None
-    out = host.context(ev, _message(warning, "Tool-loop warning."))
+    out = _tell_user(host, host.context(ev, _message(warning, "Tool-loop warning.")), ev, "warn", warning)
     if out is not None:
         yield from _ack(base, warning.get("run_id") or ev.run_id, warning)
     return out

@@ -44,6 +44,7 @@ class Host:
     events: dict[str, str] = {}
     run_field: str | None = None  # the input field naming the run (one user prompt), if the host has one
     warns_before = True  # the pre-call hook can hand the model context; else the warning goes with the result
+    user_field: str | None = None  # the output field whose text the person at the keyboard sees, if any
 
     def parse(self, data: dict) -> HookEvent:
         name = str(data.get("hook_event_name") or "")
@@ -86,6 +87,7 @@ class ClaudeCode(Host):
 
     name = "claude-code"
     run_field = "prompt_id"
+    user_field = "systemMessage"  # shown to the user (the TUI's transcript, stderr in -p mode), never the model
     events = {
         "UserPromptSubmit": PROMPT,
         "PreToolUse": PRE,
@@ -110,6 +112,37 @@ def _claude_rest(response: dict) -> str:
     return json.dumps({k: v for k, v in response.items() if k not in _CLAUDE_VOLATILE}, sort_keys=True, default=str)
 
 
+MAX_SAVED = 64 << 20  # bytes of a saved tool output hashed at most (the rest is counted, not hashed)
+
+
+def digest_form(sha256_hex: str, chars: int) -> str:
+    """The one written form of a digest that stands in for a text (HOOKS.md; the OpenClaw plugin's alike)."""
+    return f"[loopwarden digest sha256={sha256_hex} chars={chars}]"
+
+
+def saved_output(path: str) -> str | None:
+    """The digest of an output Claude Code saved to ``path`` (its UTF-8 text, read in pieces; past
+    ``MAX_SAVED`` bytes only counted), or None when it cannot be read."""
+    import hashlib
+    import os
+
+    sha, chars, read = hashlib.sha256(), 0, 0
+    try:
+        with open(path, "rb") as f:
+            while read < MAX_SAVED and (chunk := f.read(1 << 20)):
+                read += len(chunk)
+                sha.update(chunk)
+                # characters of UTF-8 text: the bytes that do not continue a character
+                chars += len(chunk) - sum(chunk.count(b) for b in _CONTINUATION)
+            rest = os.fstat(f.fileno()).st_size - f.tell()
+    except OSError:
+        return None
+    return digest_form(sha.hexdigest(), chars + max(rest, 0))
+
+
+_CONTINUATION = [bytes([b]) for b in range(0x80, 0xC0)]
+
+
 def claude_shown(tool: str, response: dict) -> object:
     """What the model is shown of a Claude Code tool's ``tool_response`` (an object for the built-in
     tools), as one text: two responses give equal text exactly when the model was shown equal
@@ -117,9 +150,13 @@ def claude_shown(tool: str, response: dict) -> object:
     object would hash only on its ``details``/``content`` (RULES.md section 4.3), alike for every
     call of a tool. The table is in CLAUDE-CODE.md."""
     if tool == "Bash":
-        # stderr arrives merged into stdout; the full output even when the model is shown only a
-        # preview of it (the rest is saved to a file it may read): unequal outputs stay unequal
-        text = "\n".join(str(response.get(k) or "") for k in ("stdout", "stderr") if response.get(k))
+        # stderr arrives merged into stdout; a large output is cut to its start in the response (and
+        # the model shown a preview) while all of it is saved to a file the model may read: hashed
+        # whole from that file, so outputs differing past the cut stay unequal
+        saved = response.get("persistedOutputPath")
+        whole = saved_output(saved) if isinstance(saved, str) else None
+        parts = [whole] if whole is not None else [str(response.get(k) or "") for k in ("stdout", "stderr")]
+        text = "\n".join(p for p in parts if p)
         if response.get("interrupted") is True:
             text += "\n<error>Command was aborted before completion</error>"
         return text
@@ -132,7 +169,7 @@ def claude_shown(tool: str, response: dict) -> object:
     if tool == "Grep":
         names = response.get("filenames")
         if response.get("mode") == "files_with_matches" and isinstance(names, list):
-            text = f"Found {len(names)} files\n" + "\n".join(map(str, names))
+            text = f"Found {len(names)} files\n" + "\n".join(map(str, names)) if names else "No files found"
         elif isinstance(response.get("content"), str):
             text = response["content"]
         else:
@@ -142,8 +179,10 @@ def claude_shown(tool: str, response: dict) -> object:
     if tool == "Glob" and isinstance(response.get("filenames"), list):
         text = "\n".join(map(str, response["filenames"]))
         return text + ("\n(Results are truncated.)" if response.get("truncated") is True else "")
-    if tool in ("Edit", "MultiEdit", "Write"):  # the file changed (or not) and how: not the whole file
-        keys = ("type", "filePath", "structuredPatch", "userModified", "replaceAll")
+    if tool in ("Edit", "MultiEdit", "Write"):
+        # the model reads "The file PATH has been updated successfully." (or "File created
+        # successfully at: PATH"), not the change: an identical edit repeated reads alike each time
+        keys = ("type", "filePath", "userModified")
         return json.dumps({k: response.get(k) for k in keys}, sort_keys=True, default=str)
     return _claude_rest(response)
 
@@ -156,6 +195,7 @@ class Codex(ClaudeCode):
     name = "codex"
     run_field = "turn_id"
     outcome = Host.outcome  # Codex's tool_response shapes are its own (CODEX.md), not Claude Code's
+    user_field = None  # not measured on Codex
     events = {
         "UserPromptSubmit": PROMPT,
         "PreToolUse": PRE,

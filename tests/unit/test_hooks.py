@@ -116,7 +116,9 @@ def test_claude_code_block_denies_with_the_verdict_text_and_acks_through_the_vet
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": "BLOCK: stop repeating Bash",
-        }
+        },
+        # the person at the keyboard reads a line too, built from the verdict's fields (never its text)
+        "systemMessage": "loopwarden blocked a Bash call (generic_repeat, count 20)",
     }
     assert err == ""
     (_, check, _), (_, result, _) = service.seen
@@ -137,7 +139,8 @@ def test_claude_code_warn_is_context_for_the_model_and_acked(service: Recorder) 
     service.action = "warn"
     out, _ = hook("claude-code", CLAUDE_PRE)
     assert out == {
-        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "WARN: stop repeating Bash"}
+        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "WARN: stop repeating Bash"},
+        "systemMessage": "loopwarden warned the agent about a Bash call (generic_repeat, count 20)",
     }
     assert service.paths() == ["/v1/check", "/v1/ack"]
     assert service.seen[1][1] == {
@@ -159,6 +162,18 @@ def test_claude_code_abort_ends_the_session(service: Recorder) -> None:
     out, _ = hook("claude-code", CLAUDE_PRE)
     assert out is not None and out["continue"] is False and out["stopReason"] == "ABORT: stop repeating Bash"
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert out["systemMessage"] == "loopwarden ended the session at a Bash call (generic_repeat, count 20)"
+
+
+def test_the_user_line_names_the_hosts_tool_where_the_host_has_a_field_for_it(service: Recorder) -> None:
+    """The line names the tool as the host calls it; it takes from the answer only a detector that is
+    an identifier and an integer count (a listener posing as the service picks the message text)."""
+    service.action = "block"
+    pre = CLAUDE_PRE | {"tool_name": "mcp__x__y"}
+    out, _ = hook("claude-code", pre)
+    assert out["systemMessage"] == "loopwarden blocked a mcp__x__y call (generic_repeat, count 20)"
+    gemini = {"session_id": "s", "hook_event_name": "BeforeTool", "tool_name": "x", "tool_input": {}}
+    assert "systemMessage" not in hook("gemini", gemini)[0]  # no field for it measured there
 
 
 def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_and_errors(service: Recorder) -> None:
@@ -230,7 +245,11 @@ def test_an_abort_answered_with_a_result_ends_the_session_where_the_host_allows_
     out, _ = hook("codex", post)
     assert out is None and service.paths() == ["/v1/result"]  # no claim, no ack of an abort not applied
     out, _ = hook("claude-code", post | {"prompt_id": "p-1"})
-    assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
+    assert out == {
+        "continue": False,
+        "stopReason": "ABORT: the loop outlived the compaction",
+        "systemMessage": "loopwarden ended the session at a Bash call (loop detection)",
+    }
     assert service.paths() == ["/v1/result", "/v1/result", "/v1/ack"] and service.seen[2][1]["verdict_id"] == "v-a"
     cursor = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Shell"}
     out, _ = hook("cursor", cursor | {"tool_input": {}, "tool_output": "same"})
@@ -554,28 +573,6 @@ def _claude_responses(n: int) -> dict[str, tuple[dict, dict]]:
             {"pattern": "*.txt"},
             {"filenames": [f"f{n}.txt"], "durationMs": 3, "numFiles": 1, "truncated": False},
         ),
-        "Write": (
-            {"file_path": path, "content": "x"},
-            {
-                "type": "update",
-                "filePath": path,
-                "content": "x",
-                "structuredPatch": [{"lines": [f"-{n}", "+x"]}],
-                "originalFile": str(n),
-            },
-        ),
-        "Edit": (
-            {"file_path": path, "old_string": "a", "new_string": "b"},
-            {
-                "filePath": path,
-                "oldString": "a",
-                "newString": "b",
-                "originalFile": f"a {n}",
-                "structuredPatch": [{"lines": [f"-a {n}", f"+b {n}"]}],
-                "userModified": False,
-                "replaceAll": False,
-            },
-        ),
     }
 
 
@@ -592,3 +589,33 @@ def test_claude_code_tool_responses_hash_as_what_the_model_was_shown(live_servic
         params, response = _claude_responses(0)[tool]
         same.append((params, response | ({"durationMs": n} if "durationMs" in response else {})))
     assert run_calls(live_service.url, f"map-same-{tool}", same, tool=name) == [21, 22]
+
+
+def test_claude_code_edits_hash_as_the_message_the_model_reads_not_the_change(live_service) -> None:
+    """The model reads "The file PATH has been updated successfully." for every Edit: an identical
+    edit applied 21 times (the file grows each time) reads alike, as OpenClaw's own edit result does."""
+    path = "/p/e.txt"
+    params = {"file_path": path, "old_string": "a", "new_string": "ab"}
+    edits = []
+    for n in range(22):
+        patch = [{"lines": [f"-a{'b' * n}", f"+a{'b' * (n + 1)}"]}]
+        edits.append((params, {"filePath": path, "oldString": "a", "newString": "ab", "structuredPatch": patch}))
+    assert run_calls(live_service.url, "edits", edits, tool="Edit") == [21, 22]
+    user = [(params, edits[0][1] | {"userModified": n % 2 == 0}) for n in range(22)]  # the user changed it: shown
+    assert run_calls(live_service.url, "edits-user", user, tool="Edit") == []
+
+
+def test_claude_code_bash_output_saved_to_a_file_is_hashed_whole(tmp_path: Path, live_service) -> None:
+    """A large Bash output reaches the hook cut to its first 30,000 characters (the whole is in
+    ``persistedOutputPath``): outputs differing past the cut must stay unequal."""
+    head = "".join(f"{i}\n" for i in range(15000))
+    calls = []
+    for n in range(25):
+        saved = tmp_path / f"out{n}.txt"
+        saved.write_text(head + f"end {n}\n")
+        response = {"stdout": head[:30000], "stderr": "", "interrupted": False, "persistedOutputPath": str(saved)}
+        calls.append(({"command": "make test"}, response))
+    assert run_calls(live_service.url, "saved", calls) == []
+    for n in range(1, 25):  # the same output saved again each time (another path): alike
+        (tmp_path / f"out{n}.txt").write_text(head + "end 0\n")
+    assert run_calls(live_service.url, "saved-same", calls[:22]) == [21, 22]
