@@ -84,3 +84,21 @@ def test_each_tool_is_blocked_only_when_its_output_repeats(tmp_path: Path, model
         first = dict(case.blocked_at_in).get(version_of(CLAUDE_CODE), case.blocked_at)
         assert refused == list(range(first, len(calls) + 1)), refused
         assert scenarios.CRITICAL.search(calls[first - 1]).group(1) == "20"
+
+
+def test_the_person_at_the_keyboard_sees_a_line_when_loopwarden_warns_or_blocks(tmp_path: Path, model, service) -> None:
+    """``systemMessage``: Claude Code keeps it as a ``hook_system_message`` in the session's
+    transcript and shows it to the user (the TUI; ``-p`` prints it with ``--include-hook-events``),
+    not to the model."""
+    host = ClaudeCode(tmp_path, model.url)
+    scenarios.install_hooks(host, service.url)
+    scenarios.looping_session_is_warned_at_10_and_blocked_at_20(host, model)
+    lines = []
+    for transcript in sorted((host.config / "projects").glob("*/*.jsonl")):
+        for raw in transcript.read_text().splitlines():
+            attachment = json.loads(raw).get("attachment")
+            if isinstance(attachment, dict) and attachment.get("type") == "hook_system_message":
+                lines.append(attachment["content"])
+    assert lines[0] == "loopwarden warned the agent about a Bash call (generic_repeat, count 10)", lines
+    assert "loopwarden blocked a Bash call (generic_repeat, count 20)" in lines
+    assert not any("loopwarden blocked" in json.dumps(body) for body in model.fake.bodies("/messages"))
