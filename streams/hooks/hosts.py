@@ -125,16 +125,20 @@ def saved_output(path: str) -> str | None:
     ``MAX_SAVED`` bytes only counted), or None when it cannot be read."""
     import hashlib
     import os
+    import stat
 
     sha, chars, read = hashlib.sha256(), 0, 0
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hold the hook
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: never ends
+                return None
             while read < MAX_SAVED and (chunk := f.read(1 << 20)):
                 read += len(chunk)
                 sha.update(chunk)
                 # characters of UTF-8 text: the bytes that do not continue a character
                 chars += len(chunk) - sum(chunk.count(b) for b in _CONTINUATION)
-            rest = os.fstat(f.fileno()).st_size - f.tell()
+            rest = os.fstat(fd).st_size - f.tell()
     except OSError:
         return None
     return digest_form(sha.hexdigest(), chars + max(rest, 0))

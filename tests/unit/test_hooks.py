@@ -619,3 +619,17 @@ def test_claude_code_bash_output_saved_to_a_file_is_hashed_whole(tmp_path: Path,
     for n in range(1, 25):  # the same output saved again each time (another path): alike
         (tmp_path / f"out{n}.txt").write_text(head + "end 0\n")
     assert run_calls(live_service.url, "saved-same", calls[:22]) == [21, 22]
+
+
+def test_a_saved_output_that_is_not_a_regular_file_is_not_read(tmp_path: Path) -> None:
+    """The saved-output path comes in the hook input: a FIFO there would hold the hook for ever."""
+    from loopwarden.hooks.hosts import claude_shown
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    response = {"stdout": "start of it", "stderr": "", "persistedOutputPath": str(fifo)}
+    assert claude_shown("Bash", response) == "start of it"
+    saved = tmp_path / "out.txt"
+    saved.write_text("é" * 10)
+    text = claude_shown("Bash", response | {"persistedOutputPath": str(saved)})
+    assert text == digest("é" * 10)  # the same form and digest as any large text
