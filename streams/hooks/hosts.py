@@ -44,6 +44,7 @@ class Host:
     events: dict[str, str] = {}
     run_field: str | None = None  # the input field naming the run (one user prompt), if the host has one
     warns_before = True  # the pre-call hook can hand the model context; else the warning goes with the result
+    user_field: str | None = None  # the output field whose text the person at the keyboard sees, if any
 
     def parse(self, data: dict) -> HookEvent:
         name = str(data.get("hook_event_name") or "")
@@ -86,6 +87,7 @@ class ClaudeCode(Host):
 
     name = "claude-code"
     run_field = "prompt_id"
+    user_field = "systemMessage"  # shown to the user (the TUI's transcript, stderr in -p mode), never the model
     events = {
         "UserPromptSubmit": PROMPT,
         "PreToolUse": PRE,
@@ -96,6 +98,98 @@ class ClaudeCode(Host):
         "PreCompact": COMPACT,
     }
 
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        super().outcome(ev, data)
+        if ev.error is None and isinstance(ev.result, dict):
+            ev.result = claude_shown(ev.tool_name or "", ev.result)
+
+
+# Fields of a Claude Code tool_response the model is never shown and that change from run to run.
+_CLAUDE_VOLATILE = frozenset({"durationMs", "duration_ms", "backgroundTaskId", "persistedOutputPath", "uuid"})
+
+
+def _claude_rest(response: dict) -> str:
+    return json.dumps({k: v for k, v in response.items() if k not in _CLAUDE_VOLATILE}, sort_keys=True, default=str)
+
+
+MAX_SAVED = 64 << 20  # bytes of a saved tool output hashed at most (the rest is counted, not hashed)
+
+
+def digest_form(sha256_hex: str, chars: int) -> str:
+    """The one written form of a digest that stands in for a text (HOOKS.md; the OpenClaw plugin's alike)."""
+    return f"[loopwarden digest sha256={sha256_hex} chars={chars}]"
+
+
+def saved_output(path: str) -> str | None:
+    """The digest of an output Claude Code saved to ``path`` (its UTF-8 text, read in pieces; past
+    ``MAX_SAVED`` bytes only counted), or None when it cannot be read."""
+    import hashlib
+    import os
+    import stat
+
+    sha, chars, read = hashlib.sha256(), 0, 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hold the hook
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: never ends
+                return None
+            while read < MAX_SAVED and (chunk := f.read(1 << 20)):
+                read += len(chunk)
+                sha.update(chunk)
+                # characters of UTF-8 text: the bytes that do not continue a character
+                chars += len(chunk) - sum(chunk.count(b) for b in _CONTINUATION)
+            rest = os.fstat(fd).st_size - f.tell()
+    except OSError:
+        return None
+    return digest_form(sha.hexdigest(), chars + max(rest, 0))
+
+
+_CONTINUATION = [bytes([b]) for b in range(0x80, 0xC0)]
+
+
+def claude_shown(tool: str, response: dict) -> object:
+    """What the model is shown of a Claude Code tool's ``tool_response`` (an object for the built-in
+    tools), as one text: two responses give equal text exactly when the model was shown equal
+    text, the host's volatile parts (durations, saved-output paths, task ids) aside. A plain
+    object would hash only on its ``details``/``content`` (RULES.md section 4.3), alike for every
+    call of a tool. The table is in CLAUDE-CODE.md."""
+    if tool == "Bash":
+        # stderr arrives merged into stdout; a large output is cut to its start in the response (and
+        # the model shown a preview) while all of it is saved to a file the model may read: hashed
+        # whole from that file, so outputs differing past the cut stay unequal
+        saved = response.get("persistedOutputPath")
+        whole = saved_output(saved) if isinstance(saved, str) else None
+        parts = [whole] if whole is not None else [str(response.get(k) or "") for k in ("stdout", "stderr")]
+        text = "\n".join(p for p in parts if p)
+        if response.get("interrupted") is True:
+            text += "\n<error>Command was aborted before completion</error>"
+        return text
+    if tool == "Read":
+        file = response.get("file")
+        if response.get("type") == "text" and isinstance(file, dict) and isinstance(file.get("content"), str):
+            start = file.get("startLine") if isinstance(file.get("startLine"), int) else 1
+            return "\n".join(f"{start + i}\t{line}" for i, line in enumerate(file["content"].split("\n")))
+        return _claude_rest(response)
+    if tool == "Grep":
+        names = response.get("filenames")
+        if response.get("mode") == "files_with_matches" and isinstance(names, list):
+            text = f"Found {len(names)} files\n" + "\n".join(map(str, names)) if names else "No files found"
+        elif isinstance(response.get("content"), str):
+            text = response["content"]
+        else:
+            return _claude_rest(response)
+        pages = [f"{k}={response[k]}" for k in ("appliedLimit", "appliedOffset") if response.get(k) is not None]
+        return text + (f"\n[{', '.join(pages)}]" if pages else "")
+    if tool == "Glob" and isinstance(response.get("filenames"), list):
+        text = "\n".join(map(str, response["filenames"]))
+        return text + ("\n(Results are truncated.)" if response.get("truncated") is True else "")
+    if tool in ("Edit", "MultiEdit", "Write"):
+        # the model reads "The file PATH has been updated successfully." (or "File created
+        # successfully at: PATH"), not the change: an identical edit repeated reads alike each time
+        keys = ("type", "filePath", "userModified")
+        return json.dumps({k: response.get(k) for k in keys}, sort_keys=True, default=str)
+    return _claude_rest(response)
+
 
 class Codex(ClaudeCode):
     """Codex CLI: Claude's shapes; ``turn_id`` names the user prompt. ``continue: false``
@@ -104,6 +198,8 @@ class Codex(ClaudeCode):
 
     name = "codex"
     run_field = "turn_id"
+    outcome = Host.outcome  # Codex's tool_response shapes are its own (CODEX.md), not Claude Code's
+    user_field = None  # not measured on Codex
     events = {
         "UserPromptSubmit": PROMPT,
         "PreToolUse": PRE,

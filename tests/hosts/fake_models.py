@@ -36,6 +36,11 @@ def repeat(tool: str, args: dict[str, Any]) -> Script:
     return lambda n: (tool, dict(args))
 
 
+def first_then(first: tuple[str, dict[str, Any]], then: tuple[str, dict[str, Any]]) -> Script:
+    """One call (a Read before Edits), then the same call every time."""
+    return lambda n: (first[0], dict(first[1])) if n == 0 else (then[0], dict(then[1]))
+
+
 def progress(tool: str, key: str, template: str) -> Script:
     """A different call each time (``template`` formatted with the step): a healthy session."""
     return lambda n: (tool, {key: template.format(n=n)})

@@ -7,6 +7,7 @@ installed here: its cases are its documented contract.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -21,6 +22,7 @@ import pytest
 
 from loopwarden.hooks import install
 from loopwarden.hooks.command import run_hook
+from loopwarden.hooks.exchange import digest, flatten_deep
 
 
 class Recorder(ThreadingHTTPServer):
@@ -114,7 +116,9 @@ def test_claude_code_block_denies_with_the_verdict_text_and_acks_through_the_vet
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": "BLOCK: stop repeating Bash",
-        }
+        },
+        # the person at the keyboard reads a line too, built from the verdict's fields (never its text)
+        "systemMessage": "loopwarden blocked a Bash call (generic_repeat, count 20)",
     }
     assert err == ""
     (_, check, _), (_, result, _) = service.seen
@@ -135,7 +139,8 @@ def test_claude_code_warn_is_context_for_the_model_and_acked(service: Recorder) 
     service.action = "warn"
     out, _ = hook("claude-code", CLAUDE_PRE)
     assert out == {
-        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "WARN: stop repeating Bash"}
+        "hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "WARN: stop repeating Bash"},
+        "systemMessage": "loopwarden warned the agent about a Bash call (generic_repeat, count 20)",
     }
     assert service.paths() == ["/v1/check", "/v1/ack"]
     assert service.seen[1][1] == {
@@ -157,6 +162,18 @@ def test_claude_code_abort_ends_the_session(service: Recorder) -> None:
     out, _ = hook("claude-code", CLAUDE_PRE)
     assert out is not None and out["continue"] is False and out["stopReason"] == "ABORT: stop repeating Bash"
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert out["systemMessage"] == "loopwarden ended the session at a Bash call (generic_repeat, count 20)"
+
+
+def test_the_user_line_names_the_hosts_tool_where_the_host_has_a_field_for_it(service: Recorder) -> None:
+    """The line names the tool as the host calls it; it takes from the answer only a detector that is
+    an identifier and an integer count (a listener posing as the service picks the message text)."""
+    service.action = "block"
+    pre = CLAUDE_PRE | {"tool_name": "mcp__x__y"}
+    out, _ = hook("claude-code", pre)
+    assert out["systemMessage"] == "loopwarden blocked a mcp__x__y call (generic_repeat, count 20)"
+    gemini = {"session_id": "s", "hook_event_name": "BeforeTool", "tool_name": "x", "tool_input": {}}
+    assert "systemMessage" not in hook("gemini", gemini)[0]  # no field for it measured there
 
 
 def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_and_errors(service: Recorder) -> None:
@@ -171,7 +188,7 @@ def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_a
     assert service.paths() == ["/v1/run_start", "/v1/result", "/v1/result", "/v1/run_end", "/v1/compaction"]
     bodies = [b for _, b, _ in service.seen]
     assert bodies[0] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
-    assert bodies[1]["result"] == {"stdout": "ok"} and "error" not in bodies[1]
+    assert bodies[1]["result"] == "ok" and "error" not in bodies[1]  # Bash: the text the model is shown
     assert bodies[1]["tool_call_id"] == "toolu_1" and bodies[1]["run_id"] == "p-2"
     assert bodies[2]["error"] == "exit 2" and "result" not in bodies[2]
     assert bodies[3] == {"agent_id": "claude-code", "session_id": "s-1", "run_id": "p-2"}
@@ -228,7 +245,11 @@ def test_an_abort_answered_with_a_result_ends_the_session_where_the_host_allows_
     out, _ = hook("codex", post)
     assert out is None and service.paths() == ["/v1/result"]  # no claim, no ack of an abort not applied
     out, _ = hook("claude-code", post | {"prompt_id": "p-1"})
-    assert out == {"continue": False, "stopReason": "ABORT: the loop outlived the compaction"}
+    assert out == {
+        "continue": False,
+        "stopReason": "ABORT: the loop outlived the compaction",
+        "systemMessage": "loopwarden ended the session at a Bash call (loop detection)",
+    }
     assert service.paths() == ["/v1/result", "/v1/result", "/v1/ack"] and service.seen[2][1]["verdict_id"] == "v-a"
     cursor = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Shell"}
     out, _ = hook("cursor", cursor | {"tool_input": {}, "tool_output": "same"})
@@ -296,11 +317,90 @@ def test_cursor_documented_contract(service: Recorder) -> None:
     assert hook("cursor", post)[0] == {"additional_context": "WARN: loop"}
 
 
-def test_a_large_result_is_sent_as_its_digest(service: Recorder) -> None:
-    big = "x" * 200_000
-    hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": big})
-    sent = service.seen[0][1]["result"]
-    assert sent["chars"] == 200_000 and len(sent["sha256"]) == 64
+def test_a_large_result_is_sent_as_a_digest_string_so_unequal_texts_stay_unequal(service: Recorder) -> None:
+    """A digest must be a string: the rules hash a plain object on its details/content text only
+    (RULES.md section 4.3), so every {"sha256", "chars"} object hashed the same: a false block at 21."""
+    lines = "".join(f"line {i} of a long test log\n" for i in range(3000))  # ~80 KB
+    outputs = [lines + "passed 1", lines + "passed 2", lines + "passed 2", "é" * 70_000]
+    for out in outputs:
+        hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": out})
+    sent = [body["result"] for _, body, _ in service.seen]
+    for text, got in zip(outputs, sent, strict=True):
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        assert got == f"[loopwarden digest sha256={sha} chars={len(text)}]"
+    assert sent[0] != sent[1] and sent[1] == sent[2]
+    small = [{"type": "text", "text": "ok"}]  # under the bound: sent as it is (an MCP tool's content)
+    hook(
+        "claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": small, "tool_name": "mcp__s__t"}
+    )
+    assert service.seen[-1][1]["result"] == small
+
+
+@pytest.fixture(scope="module")
+def live_service(tmp_path_factory: pytest.TempPathFactory):
+    """A real decision service (OpenClaw's thresholds: warn at 10, block at 20)."""
+    from loopwarden.sidecar.process import SidecarProcess
+
+    config = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
+    log = tmp_path_factory.mktemp("hook-sidecar") / "sidecar.log"
+    proc = SidecarProcess(["--config", str(config)], log_path=log).start()
+    yield proc
+    proc.stop()
+
+
+def run_calls(url: str, run: str, calls: list[tuple[dict | str, object]], tool: str = "Bash") -> list[int]:
+    """Each (tool_input, tool_response) through PreToolUse then PostToolUse of one run; the calls denied (1-based)."""
+    denied = []
+    base = {"session_id": f"s-{run}", "prompt_id": run, "tool_name": tool}
+    for n, (params, response) in enumerate(calls, 1):
+        pre = base | {"hook_event_name": "PreToolUse", "tool_input": "PARAMS", "tool_use_id": f"{run}-{n}"}
+        raw = params if isinstance(params, str) else json.dumps(params)  # a str: JSON too deep for json.dumps
+        out, err = run_hook(["claude-code", "--url", url], json.dumps(pre).replace('"PARAMS"', raw).encode())
+        assert not err, err
+        if out and json.loads(out)["hookSpecificOutput"].get("permissionDecision") == "deny":
+            denied.append(n)
+            continue
+        post = pre | {"hook_event_name": "PostToolUse", "tool_response": response}
+        out, err = run_hook(["claude-code", "--url", url], json.dumps(post).replace('"PARAMS"', raw).encode())
+        assert not err, err
+    return denied
+
+
+def test_large_outputs_differing_at_the_end_are_never_blocked_identical_ones_are(live_service) -> None:
+    lines = "".join(f"line {i} of a long test log\n" for i in range(3000))  # ~80 KB
+    cmd = {"command": "make test"}
+    assert run_calls(live_service.url, "changing", [(cmd, lines + f"run {n}") for n in range(30)]) == []
+    assert run_calls(live_service.url, "same", [(cmd, lines + "run 1")] * 22) == [21, 22]
+
+
+def _nested(depth: int, n: int = 0) -> str:
+    """``{"data": [[...["leaf"]...]], "n": n}`` nested ``depth`` deep, as JSON text."""
+    return '{"data": ' + "[" * (depth - 1) + '"leaf"' + "]" * (depth - 1) + f', "n": {n}}}'
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        lambda n: json.dumps({"content": "x" * (1 << 20), "n": n}),  # over the service's 1 MiB body
+        lambda n: _nested(100, n),  # past the service's 64
+        lambda n: _nested(5000, n),  # past what the json module parses
+        lambda n: json.dumps({"command": "echo \ud800", "n": n}),  # a lone surrogate: not UTF-8
+    ],
+    ids=["over-1MiB", "depth-100", "depth-5000", "lone-surrogate"],
+)
+def test_params_too_large_deep_or_unencodable_are_still_decided(live_service, params, request) -> None:
+    """Such params used to fail open on every call (25 identical, 0 denied): they are digested instead."""
+    run = request.node.callspec.id
+    assert run_calls(live_service.url, run, [(params(0), "same output")] * 21) == [21]
+    unequal = [(params(n), "same output") for n in range(21)]  # each its own signature: never blocked
+    assert run_calls(live_service.url, run + "-b", unequal) == []
+
+
+def test_flatten_deep_digests_only_what_is_too_deep() -> None:
+    raw = '{"a": "[{\\"\\\\", "b": [["x"]], "c": [[[["y"]]]]}'
+    flat = json.loads(flatten_deep(raw.encode(), limit=3))
+    assert flat["a"] == json.loads(raw)["a"] and flat["b"] == [["x"]]
+    assert flat["c"] == [[digest('[["y"]]')]]
 
 
 def _free_port() -> int:
@@ -447,3 +547,89 @@ def test_gemini_shell_results_drop_the_process_group_line_so_a_repeated_failure_
         hook("gemini", post | {"tool_response": {"llmContent": output, "returnDisplay": "boom"}})
     first, second = (b["result"] for _, b, _ in service.seen)
     assert first == second == "<untrusted_context>\nOutput: boom\n</untrusted_context>"
+
+
+def _claude_responses(n: int) -> dict[str, tuple[dict, dict]]:
+    """(tool_input, tool_response) per Claude Code tool, as 2.1.197 gives them, the shown part varying with ``n``."""
+    path = "/p/f.txt"
+    return {
+        "Bash": (
+            {"command": "make test"},
+            {"stdout": f"passed {n}", "stderr": "", "interrupted": False, "isImage": False},
+        ),
+        "Read": (
+            {"file_path": path},
+            {
+                "type": "text",
+                "file": {"filePath": path, "content": f"line {n}\n", "numLines": 2, "startLine": 1, "totalLines": 2},
+            },
+        ),
+        "Grep": ({"pattern": "a"}, {"mode": "files_with_matches", "filenames": [f"f{n}.txt"], "numFiles": 1}),
+        "Grep-content": (
+            {"pattern": "a", "output_mode": "content"},
+            {"mode": "content", "numFiles": 0, "filenames": [], "content": f"f.txt:1:a {n}", "numLines": 1},
+        ),
+        "Glob": (
+            {"pattern": "*.txt"},
+            {"filenames": [f"f{n}.txt"], "durationMs": 3, "numFiles": 1, "truncated": False},
+        ),
+    }
+
+
+@pytest.mark.parametrize("tool", list(_claude_responses(0)))
+def test_claude_code_tool_responses_hash_as_what_the_model_was_shown(live_service, tool: str) -> None:
+    """A plain-object tool_response hashed alike for every call of a tool (Read, Grep, Glob, Bash):
+    identical calls with changing output were blocked at 21. Mapped to the shown text, changing
+    output is never blocked, identical output is (at 21), and a volatile field (Glob's duration) does not count."""
+    name = tool.split("-")[0]
+    changing = [_claude_responses(n)[tool] for n in range(25)]
+    assert run_calls(live_service.url, f"map-{tool}", changing, tool=name) == []
+    same = []
+    for n in range(22):
+        params, response = _claude_responses(0)[tool]
+        same.append((params, response | ({"durationMs": n} if "durationMs" in response else {})))
+    assert run_calls(live_service.url, f"map-same-{tool}", same, tool=name) == [21, 22]
+
+
+def test_claude_code_edits_hash_as_the_message_the_model_reads_not_the_change(live_service) -> None:
+    """The model reads "The file PATH has been updated successfully." for every Edit: an identical
+    edit applied 21 times (the file grows each time) reads alike, as OpenClaw's own edit result does."""
+    path = "/p/e.txt"
+    params = {"file_path": path, "old_string": "a", "new_string": "ab"}
+    edits = []
+    for n in range(22):
+        patch = [{"lines": [f"-a{'b' * n}", f"+a{'b' * (n + 1)}"]}]
+        edits.append((params, {"filePath": path, "oldString": "a", "newString": "ab", "structuredPatch": patch}))
+    assert run_calls(live_service.url, "edits", edits, tool="Edit") == [21, 22]
+    user = [(params, edits[0][1] | {"userModified": n % 2 == 0}) for n in range(22)]  # the user changed it: shown
+    assert run_calls(live_service.url, "edits-user", user, tool="Edit") == []
+
+
+def test_claude_code_bash_output_saved_to_a_file_is_hashed_whole(tmp_path: Path, live_service) -> None:
+    """A large Bash output reaches the hook cut to its first 30,000 characters (the whole is in
+    ``persistedOutputPath``): outputs differing past the cut must stay unequal."""
+    head = "".join(f"{i}\n" for i in range(15000))
+    calls = []
+    for n in range(25):
+        saved = tmp_path / f"out{n}.txt"
+        saved.write_text(head + f"end {n}\n")
+        response = {"stdout": head[:30000], "stderr": "", "interrupted": False, "persistedOutputPath": str(saved)}
+        calls.append(({"command": "make test"}, response))
+    assert run_calls(live_service.url, "saved", calls) == []
+    for n in range(1, 25):  # the same output saved again each time (another path): alike
+        (tmp_path / f"out{n}.txt").write_text(head + "end 0\n")
+    assert run_calls(live_service.url, "saved-same", calls[:22]) == [21, 22]
+
+
+def test_a_saved_output_that_is_not_a_regular_file_is_not_read(tmp_path: Path) -> None:
+    """The saved-output path comes in the hook input: a FIFO there would hold the hook for ever."""
+    from loopwarden.hooks.hosts import claude_shown
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    response = {"stdout": "start of it", "stderr": "", "persistedOutputPath": str(fifo)}
+    assert claude_shown("Bash", response) == "start of it"
+    saved = tmp_path / "out.txt"
+    saved.write_text("é" * 10)
+    text = claude_shown("Bash", response | {"persistedOutputPath": str(saved)})
+    assert text == digest("é" * 10)  # the same form and digest as any large text
