@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     Exchange = Generator[tuple[str, dict], "dict | None", "dict | None"]
 
 MAX_MESSAGE = 4000  # characters of verdict text handed to a model
-MAX_RESULT = 64 << 10  # bytes of a tool's result sent as is; larger ones are sent as a digest
+MAX_RESULT = 64 << 10  # characters of a tool's result (or error) sent as is; larger ones are sent as a digest
+MAX_PARAMS = 128 << 10  # characters of a call's params sent as is (with a result, at most 768 KiB of UTF-8:
+# the service takes 1 MiB per request)
+MAX_DEPTH = 63  # nesting of params or a result sent as is (the service refuses a body nested past 64)
 
 Request = tuple[str, dict]
 
@@ -29,16 +32,82 @@ def _message(decision: dict, fallback: str) -> str:
     return text[:MAX_MESSAGE] if isinstance(text, str) and text else fallback
 
 
-def _bounded(value: object) -> object:
-    """A tool's result or error, or a digest of it when large (equal outputs, equal digests)."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    if len(raw) <= MAX_RESULT:
-        return value
+def digest(text: str) -> str:
+    """The stand-in for a text too large (or too deep, or not UTF-8) to send: a *string*, so the
+    rules hash it as a value (RULES.md §4.2) and unequal texts stay unequal. A plain object would be
+    hashed on its ``details``/``content`` alone, alike for every digest. The OpenClaw plugin writes
+    the same form. Lone surrogates are hashed as they are (``surrogatepass``), never replaced."""
     import hashlib
 
-    return {"sha256": hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest(), "chars": len(raw)}
+    sha = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"[loopwarden digest sha256={sha} chars={len(text)}]"
+
+
+def _deeper(value: object, limit: int) -> bool:
+    """True when ``value`` nests arrays/objects more than ``limit`` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def bounded(value: object, max_chars: int = MAX_RESULT) -> object:
+    """``value`` as is, or its :func:`digest` when it is larger than ``max_chars`` as text, nested
+    deeper than the service takes, or not encodable as UTF-8 (a lone surrogate): the call is still
+    decided, and equal values give equal digests."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        text = value
+    elif _deeper(value, MAX_DEPTH):
+        return digest(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    if len(text) > max_chars:
+        return digest(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return digest(text)
+    return value
+
+
+_JSON_TOKEN = None  # compiled on first use: the common path never needs it
+
+
+def flatten_deep(raw: bytes, limit: int = MAX_DEPTH + 1) -> str:
+    """Hook input JSON with every array/object nested past ``limit`` replaced by the :func:`digest`
+    of its text, for input too deep for the ``json`` module (it recurses, and raises
+    ``RecursionError`` about 1,000 deep). One pass over the text; equal input, equal output."""
+    import re
+
+    global _JSON_TOKEN
+    if _JSON_TOKEN is None:
+        _JSON_TOKEN = re.compile(r'\\.|["\[\]{}]', re.DOTALL)
+    text = raw.decode("utf-8")
+    out, pos, depth, start, in_string = [], 0, 0, 0, False
+    for m in _JSON_TOKEN.finditer(text):
+        token = m.group()
+        if token[0] == "\\":
+            continue
+        if token == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth == limit + 1:
+                start = m.start()
+        else:
+            if depth == limit + 1:
+                out += [text[pos:start], json.dumps(digest(text[start : m.end()]))]
+                pos = m.end()
+            depth -= 1
+    return "".join(out) + text[pos:]
 
 
 def exchange(host: Host, agent_id: str, data: dict) -> Exchange:
@@ -60,7 +129,8 @@ def exchange(host: Host, agent_id: str, data: dict) -> Exchange:
 
 
 def _pre(host: Host, ev: HookEvent, base: dict) -> Exchange:
-    call = base | {"run_id": ev.run_id, "tool_name": ev.tool_name or "unknown", "params": ev.params}
+    params = bounded(ev.params, MAX_PARAMS)
+    call = base | {"run_id": ev.run_id, "tool_name": ev.tool_name or "unknown", "params": params}
     d = yield "/v1/check", call | {"tool_call_id": ev.call_id}
     action = d.get("action") if d else None
     if d is None or action == "allow":
@@ -83,11 +153,11 @@ def _pre(host: Host, ev: HookEvent, base: dict) -> Exchange:
 
 def _post(host: Host, ev: HookEvent, base: dict) -> Exchange:
     body = base | {"run_id": ev.run_id, "tool_call_id": ev.call_id, "tool_name": ev.tool_name}
-    body["params"] = ev.params
+    body["params"] = bounded(ev.params, MAX_PARAMS)
     if ev.error is not None:
-        body["error"] = _bounded(ev.error)
+        body["error"] = bounded(ev.error)
     else:
-        body["result"] = _bounded(ev.result)
+        body["result"] = bounded(ev.result)
     answer = yield "/v1/result", body
     abort = answer.get("abort") if answer else None
     if isinstance(abort, dict):  # the run is aborted: end the session where the host allows it here

@@ -7,6 +7,7 @@ installed here: its cases are its documented contract.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -21,6 +22,7 @@ import pytest
 
 from loopwarden.hooks import install
 from loopwarden.hooks.command import run_hook
+from loopwarden.hooks.exchange import digest, flatten_deep
 
 
 class Recorder(ThreadingHTTPServer):
@@ -296,11 +298,88 @@ def test_cursor_documented_contract(service: Recorder) -> None:
     assert hook("cursor", post)[0] == {"additional_context": "WARN: loop"}
 
 
-def test_a_large_result_is_sent_as_its_digest(service: Recorder) -> None:
-    big = "x" * 200_000
-    hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": big})
-    sent = service.seen[0][1]["result"]
-    assert sent["chars"] == 200_000 and len(sent["sha256"]) == 64
+def test_a_large_result_is_sent_as_a_digest_string_so_unequal_texts_stay_unequal(service: Recorder) -> None:
+    """A digest must be a string: the rules hash a plain object on its details/content text only
+    (RULES.md section 4.3), so every {"sha256", "chars"} object hashed the same: a false block at 21."""
+    lines = "".join(f"line {i} of a long test log\n" for i in range(3000))  # ~80 KB
+    outputs = [lines + "passed 1", lines + "passed 2", lines + "passed 2", "é" * 70_000]
+    for out in outputs:
+        hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": out})
+    sent = [body["result"] for _, body, _ in service.seen]
+    for text, got in zip(outputs, sent, strict=True):
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        assert got == f"[loopwarden digest sha256={sha} chars={len(text)}]"
+    assert sent[0] != sent[1] and sent[1] == sent[2]
+    small = {"stdout": "ok", "stderr": ""}  # under the bound: sent as it is
+    hook("claude-code", CLAUDE_PRE | {"hook_event_name": "PostToolUse", "tool_response": small, "tool_name": "X"})
+    assert service.seen[-1][1]["result"] == small
+
+
+@pytest.fixture(scope="module")
+def live_service(tmp_path_factory: pytest.TempPathFactory):
+    """A real decision service (OpenClaw's thresholds: warn at 10, block at 20)."""
+    from loopwarden.sidecar.process import SidecarProcess
+
+    config = Path(__file__).resolve().parents[2] / "deploy" / "config" / "loopwarden.json5"
+    log = tmp_path_factory.mktemp("hook-sidecar") / "sidecar.log"
+    proc = SidecarProcess(["--config", str(config)], log_path=log).start()
+    yield proc
+    proc.stop()
+
+
+def run_calls(url: str, run: str, calls: list[tuple[dict | str, object]], tool: str = "Bash") -> list[int]:
+    """Each (tool_input, tool_response) through PreToolUse then PostToolUse of one run; the calls denied (1-based)."""
+    denied = []
+    base = {"session_id": f"s-{run}", "prompt_id": run, "tool_name": tool}
+    for n, (params, response) in enumerate(calls, 1):
+        pre = base | {"hook_event_name": "PreToolUse", "tool_input": "PARAMS", "tool_use_id": f"{run}-{n}"}
+        raw = params if isinstance(params, str) else json.dumps(params)  # a str: JSON too deep for json.dumps
+        out, err = run_hook(["claude-code", "--url", url], json.dumps(pre).replace('"PARAMS"', raw).encode())
+        assert not err, err
+        if out and json.loads(out)["hookSpecificOutput"].get("permissionDecision") == "deny":
+            denied.append(n)
+            continue
+        post = pre | {"hook_event_name": "PostToolUse", "tool_response": response}
+        out, err = run_hook(["claude-code", "--url", url], json.dumps(post).replace('"PARAMS"', raw).encode())
+        assert not err, err
+    return denied
+
+
+def test_large_outputs_differing_at_the_end_are_never_blocked_identical_ones_are(live_service) -> None:
+    lines = "".join(f"line {i} of a long test log\n" for i in range(3000))  # ~80 KB
+    cmd = {"command": "make test"}
+    assert run_calls(live_service.url, "changing", [(cmd, lines + f"run {n}") for n in range(30)]) == []
+    assert run_calls(live_service.url, "same", [(cmd, lines + "run 1")] * 22) == [21, 22]
+
+
+def _nested(depth: int, n: int = 0) -> str:
+    """``{"data": [[...["leaf"]...]], "n": n}`` nested ``depth`` deep, as JSON text."""
+    return '{"data": ' + "[" * (depth - 1) + '"leaf"' + "]" * (depth - 1) + f', "n": {n}}}'
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        lambda n: json.dumps({"content": "x" * (1 << 20), "n": n}),  # over the service's 1 MiB body
+        lambda n: _nested(100, n),  # past the service's 64
+        lambda n: _nested(5000, n),  # past what the json module parses
+        lambda n: json.dumps({"command": "echo \ud800", "n": n}),  # a lone surrogate: not UTF-8
+    ],
+    ids=["over-1MiB", "depth-100", "depth-5000", "lone-surrogate"],
+)
+def test_params_too_large_deep_or_unencodable_are_still_decided(live_service, params, request) -> None:
+    """Such params used to fail open on every call (25 identical, 0 denied): they are digested instead."""
+    run = request.node.callspec.id
+    assert run_calls(live_service.url, run, [(params(0), "same output")] * 21) == [21]
+    unequal = [(params(n), "same output") for n in range(21)]  # each its own signature: never blocked
+    assert run_calls(live_service.url, run + "-b", unequal) == []
+
+
+def test_flatten_deep_digests_only_what_is_too_deep() -> None:
+    raw = '{"a": "[{\\"\\\\", "b": [["x"]], "c": [[[["y"]]]]}'
+    flat = json.loads(flatten_deep(raw.encode(), limit=3))
+    assert flat["a"] == json.loads(raw)["a"] and flat["b"] == [["x"]]
+    assert flat["c"] == [[digest('[["y"]]')]]
 
 
 def _free_port() -> int:
