@@ -12,13 +12,28 @@ from __future__ import annotations
 import json
 import re
 
+from loopwarden.hooks import transcript
+
 PROMPT, PRE, POST, STOP, COMPACT, OTHER = "prompt", "pre", "post", "stop", "compact", "other"
 
 
 class HookEvent:
     """What one hook invocation reports, in the service's terms."""
 
-    __slots__ = ("kind", "name", "session_id", "run_id", "tool_name", "params", "call_id", "result", "error", "reason")
+    __slots__ = (
+        "kind",
+        "name",
+        "session_id",
+        "run_id",
+        "tool_name",
+        "params",
+        "call_id",
+        "result",
+        "error",
+        "error_kind",
+        "reason",
+        "transcript",
+    )
 
     def __init__(self, kind: str, name: str, data: dict) -> None:
         self.kind = kind
@@ -30,7 +45,9 @@ class HookEvent:
         self.call_id = _text(data.get("tool_use_id"))
         self.result: object = None
         self.error: object = None
+        self.error_kind: str | None = None  # the host's own class of the error, where it names one
         self.reason: str | None = None
+        self.transcript = _text(data.get("transcript_path"))
 
 
 def _text(value: object) -> str | None:
@@ -78,6 +95,17 @@ class Host:
     def prompt_answer(self) -> dict | None:
         return None
 
+    def recovered(self, ev: HookEvent) -> list[tuple[str, object]]:
+        """Outcomes of earlier calls no post-call hook reported, read back at this hook: ``(call id,
+        what the model was shown)``. The service records each only if its check is still pending."""
+        return []
+
+
+def user_line(message: str) -> str:
+    """The one line a host shows the person at the keyboard when loopwarden warns or blocks."""
+    first = message.strip().split("\n", 1)[0]
+    return "loopwarden: " + (first if len(first) <= 300 else first[:297] + "...")
+
 
 class ClaudeCode(Host):
     """Claude Code: ``prompt_id`` names the user prompt on every hook of its run; the
@@ -100,7 +128,8 @@ class ClaudeCode(Host):
 class Codex(ClaudeCode):
     """Codex CLI: Claude's shapes; ``turn_id`` names the user prompt. ``continue: false``
     is refused at PreToolUse (the call would run), so an abort is a deny: the run stays
-    aborted and every later call of it is denied too."""
+    aborted and every later call of it is denied too. Outcomes are what the model is shown
+    (CODEX.md has the table); those no PostToolUse reports are read back from the transcript."""
 
     name = "codex"
     run_field = "turn_id"
@@ -118,6 +147,68 @@ class Codex(ClaudeCode):
         script ran), so the hook neither says it nor acks an abort the host did not apply; the
         run's next call is denied and acked instead."""
         return self.deny(ev, message) if ev.kind == PRE else None
+
+    def deny(self, ev: HookEvent, message: str) -> dict | None:
+        return (super().deny(ev, message) or {}) | {"systemMessage": user_line(message)}
+
+    def context(self, ev: HookEvent, message: str) -> dict | None:
+        return (super().context(ev, message) or {}) | {"systemMessage": user_line(message)}
+
+    def outcome(self, ev: HookEvent, data: dict) -> None:
+        """PostToolUse fires only for calls that succeeded, with the tool's own output: the shell's
+        without the exit code the model reads beside it (taken from the transcript), an MCP
+        tool's CallToolResult (the model reads its ``structuredContent`` when it has one)."""
+        response = data.get("tool_response")
+        if ev.tool_name == "Bash" and isinstance(response, str):
+            code = transcript.exit_code(ev.transcript, ev.call_id)
+            ev.result = response if code is None else f"Process exited with code {code}\nOutput:\n{response}"
+        elif isinstance(response, dict) and response.get("structuredContent") is not None:
+            ev.result = json.dumps(response["structuredContent"], sort_keys=True, ensure_ascii=False, default=str)
+        else:
+            ev.result = codex_shown(response)
+
+    def recovered(self, ev: HookEvent) -> list[tuple[str, object]]:
+        """At the next PreToolUse or the Stop: the outputs of the model's previous turn of calls, from
+        the transcript (the calls Codex fires no PostToolUse for are among them)."""
+        if ev.kind not in (PRE, STOP) or ev.transcript is None:
+            return []
+        return [(call_id, codex_shown(output)) for call_id, output in transcript.previous_outputs(ev.transcript)]
+
+
+# Codex heads a call's output with lines of its own: a random chunk id and the wall time differ on
+# every run; the exit code, the token count (of the output) and the "Output:" marker do not. An
+# apply_patch through the shell nests its own header (exit code, wall time in seconds) after it.
+_CODEX_HEADER = re.compile(r"(?:Chunk ID|Wall time|Process exited with code|Original token count|Exit code): ")
+_CODEX_VOLATILE = ("Chunk ID: ", "Wall time: ")
+
+
+def _codex_text(text: str) -> str:
+    lines, kept, i = text.split("\n"), [], 0
+    for _ in range(2):  # Codex's header, then an apply_patch's own
+        start = i
+        while i < len(lines) and _CODEX_HEADER.match(lines[i]):
+            i += 1
+        if i == start or i >= len(lines) or lines[i] != "Output:":
+            i = start
+            break
+        kept += [line for line in lines[start:i] if not line.startswith(_CODEX_VOLATILE)] + ["Output:"]
+        i += 1
+    return "\n".join(kept + lines[i:])
+
+
+def codex_shown(output: object) -> object:
+    """A Codex call's output as the model was shown it (text, or content items), without the
+    header lines that differ on every run (the chunk id, the wall time)."""
+    if isinstance(output, str):
+        return _codex_text(output)
+    if isinstance(output, list):
+        return [
+            item | {"text": _codex_text(item["text"])}
+            if isinstance(item, dict) and isinstance(item.get("text"), str)
+            else item
+            for item in output
+        ]
+    return output
 
 
 _VOLATILE_SHELL_LINES = re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.MULTILINE)
@@ -140,10 +231,15 @@ class Gemini(Host):
     }
 
     def outcome(self, ev: HookEvent, data: dict) -> None:
+        """The model is shown ``{"output": llmContent}``, or ``{"error": error.message}`` for a call
+        that failed (CLI 0.61.0): the same here, the shell's process group line aside."""
         response = data.get("tool_response")
         error = response.get("error") if isinstance(response, dict) else None
         if error:
-            ev.error = error
+            message = error.get("message") if isinstance(error, dict) else None
+            ev.error = message if isinstance(message, str) and message else error
+            kind = error.get("type") if isinstance(error, dict) else None
+            ev.error_kind = kind if isinstance(kind, str) else None
             return
         result = response.get("llmContent") if isinstance(response, dict) else response
         if ev.tool_name == "run_shell_command" and isinstance(result, str):
@@ -153,10 +249,26 @@ class Gemini(Host):
         ev.result = result
 
     def deny(self, ev: HookEvent, message: str) -> dict | None:
-        return {"decision": "deny", "reason": message}
+        return {"decision": "deny", "reason": message, "systemMessage": user_line(message)}
 
     def abort(self, ev: HookEvent, message: str) -> dict | None:
-        return {"continue": False, "stopReason": message, "decision": "deny", "reason": message}
+        return {"continue": False, "stopReason": message, "decision": "deny", "reason": message} | {
+            "systemMessage": user_line(message)
+        }
+
+    def context(self, ev: HookEvent, message: str) -> dict | None:
+        """AfterTool's ``additionalContext`` is appended to the result's ``llmContent``, which the model
+        never sees for a call that failed (it is shown ``error.message`` alone). For a failure,
+        AfterTool's deny is the one answer the model reads: its reason becomes the error the model
+        is shown, so it is the call's own error, unchanged, then the warning in the form a success
+        shows it. Not for a fatal error (``no_space_left``: the deny would make it non-fatal)."""
+        line = {"systemMessage": user_line(message)}
+        if ev.kind == POST and ev.error is not None:
+            if ev.error_kind == "no_space_left" or not isinstance(ev.error, str):
+                return None
+            shown = message.replace("<", "&lt;").replace(">", "&gt;")  # as Gemini shows hook context
+            return {"decision": "deny", "reason": f"{ev.error}\n\n<hook_context>{shown}</hook_context>"} | line
+        return {"hookSpecificOutput": {"hookEventName": ev.name, "additionalContext": message}} | line
 
 
 class Cursor(Host):

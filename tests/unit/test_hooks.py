@@ -203,7 +203,8 @@ def test_codex_names_the_run_by_turn_and_cannot_end_the_session_before_a_call(se
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": "ABORT: stop repeating Bash",
-        }
+        },
+        "systemMessage": "loopwarden: ABORT: stop repeating Bash",
     }
     assert service.seen[0][1]["run_id"] == "t-1" and service.seen[0][1]["agent_id"] == "codex"
 
@@ -250,7 +251,8 @@ def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorde
     post = pre | {"hook_event_name": "AfterTool", "tool_response": {"llmContent": "a b", "returnDisplay": "a b"}}
     out, _ = hook("gemini", post)
     assert out == {
-        "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "WARN: 10 identical calls"}
+        "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "WARN: 10 identical calls"},
+        "systemMessage": "loopwarden: WARN: 10 identical calls",
     }
     assert service.paths() == ["/v1/check", "/v1/result", "/v1/ack"]
     assert service.seen[1][1]["result"] == "a b" and service.seen[1][1]["tool_call_id"] is None
@@ -260,7 +262,11 @@ def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorde
 def test_gemini_block_and_abort_in_its_own_form(service: Recorder) -> None:
     pre = {"session_id": "s-g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {}}
     service.action = "block"
-    assert hook("gemini", pre)[0] == {"decision": "deny", "reason": "BLOCK: stop repeating Bash"}
+    assert hook("gemini", pre)[0] == {
+        "decision": "deny",
+        "reason": "BLOCK: stop repeating Bash",
+        "systemMessage": "loopwarden: BLOCK: stop repeating Bash",
+    }
     # the service named the call: the veto's result carries that id (no pairing needed)
     assert service.seen[1][1]["tool_call_id"] == "call-made-by-service"
     service.action = "abort"
@@ -440,6 +446,7 @@ def test_the_installed_command_runs_without_site_and_loads_only_the_standard_lib
         "loopwarden.hooks.exchange",
         "loopwarden.hooks.hosts",
         "loopwarden.hooks.service",
+        "loopwarden.hooks.transcript",
     }
     assert not mods & {"msgspec", "typing", "argparse", "http.client", "asyncio", "encodings.idna", "runpy"}
 
