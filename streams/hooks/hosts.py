@@ -163,9 +163,11 @@ class Codex(ClaudeCode):
             code = transcript.exit_code(ev.transcript, ev.call_id)
             ev.result = response if code is None else f"Process exited with code {code}\nOutput:\n{response}"
         elif isinstance(response, dict) and response.get("structuredContent") is not None:
-            ev.result = json.dumps(response["structuredContent"], sort_keys=True, ensure_ascii=False, default=str)
+            ev.result = _json_text(response["structuredContent"])
+        elif isinstance(response, dict) and not isinstance(response.get("content"), list):
+            ev.result = _json_text(response)  # a built-in's object (get_goal): the model reads its JSON
         else:
-            ev.result = codex_shown(response)
+            ev.result = codex_shown(response)  # text, or an MCP result's content (hashed on its text)
 
     def recovered(self, ev: HookEvent) -> list[tuple[str, object]]:
         """At the next PreToolUse or the Stop: the outputs of the model's previous turn of calls, from
@@ -175,23 +177,34 @@ class Codex(ClaudeCode):
         return [(call_id, codex_shown(output)) for call_id, output in transcript.previous_outputs(ev.transcript)]
 
 
-# Codex heads a call's output with lines of its own: a random chunk id and the wall time differ on
-# every run; the exit code, the token count (of the output) and the "Output:" marker do not. An
-# apply_patch through the shell nests its own header (exit code, wall time in seconds) after it.
-_CODEX_HEADER = re.compile(r"(?:Chunk ID|Wall time|Process exited with code|Original token count|Exit code): ")
+# Codex heads a call's output with lines of its own: a random chunk id, the wall time and a running
+# command's session id differ on every run (the id as a process group does); the exit code, the
+# token count (of the output) and the "Output:" marker do not. An apply_patch through the shell nests
+# its own header (exit code, wall time in seconds) after it.
+_CODEX_HEADER = re.compile(
+    r"(?:Chunk ID|Wall time|Original token count|Exit code): |Process (?:exited with code|running with session ID) "
+)
 _CODEX_VOLATILE = ("Chunk ID: ", "Wall time: ")
+_SESSION_ID = re.compile(r"^(Process running with session ID) \d+$")
+
+
+def _json_text(value: object) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _codex_text(text: str) -> str:
     lines, kept, i = text.split("\n"), [], 0
-    for _ in range(2):  # Codex's header, then an apply_patch's own
+    for nested in (False, True):  # Codex's header, then an apply_patch's own (it starts with the exit code)
         start = i
+        if nested and not (i < len(lines) and lines[i].startswith("Exit code: ")):
+            break
         while i < len(lines) and _CODEX_HEADER.match(lines[i]):
             i += 1
         if i == start or i >= len(lines) or lines[i] != "Output:":
             i = start
             break
-        kept += [line for line in lines[start:i] if not line.startswith(_CODEX_VOLATILE)] + ["Output:"]
+        header = [_SESSION_ID.sub(r"\1", line) for line in lines[start:i] if not line.startswith(_CODEX_VOLATILE)]
+        kept += [*header, "Output:"]
         i += 1
     return "\n".join(kept + lines[i:])
 
