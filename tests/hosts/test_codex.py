@@ -127,7 +127,7 @@ def codex_default(tmp_path_factory, model, service):
 @pytest.mark.parametrize("row", SHELL_ROWS, ids=lambda r: r.name)
 def test_shell_and_apply_patch_through_it(row, codex_low, codex_default, model):
     host = codex_default if "(default)" in row.name else codex_low
-    results = run_row(host, model, row)
+    results, _ = run_row(host, model, row)
     if row.block_at is not None:
         assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
 

@@ -66,8 +66,9 @@ def new_file_each_call(pattern: str) -> Callable[[Path, int], None]:
     return world
 
 
-def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") -> list[str]:
-    """Run ``row`` in a new session of ``host``; returns the tool results the model read, in order."""
+def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") -> tuple[list[str], str]:
+    """Run ``row`` in a new session of ``host``; returns the tool results the model read, in order,
+    and what the host wrote on stderr."""
     model.fake.clear()
     project = host.project
 
@@ -77,7 +78,7 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
         return row.tool, (row.args if isinstance(row.args, str) else dict(row.args))
 
     model.fake.set(host.protocol, script, row.calls)
-    scenarios.run_ok(host, prompt)
+    proc = scenarios.run_ok(host, prompt)
     results, whole = scenarios.model_saw(model, host)
     assert len(results) == row.calls, f"{row.name}: {len(results)} results"
     refused = [i for i, text in enumerate(results) if scenarios.CRITICAL.search(text)]
@@ -89,4 +90,4 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
     if row.warn_at is not None:
         assert scenarios.WARNING.search(results[row.warn_at]), f"{row.name}: {results[row.warn_at][:600]}"
         assert not any(scenarios.WARNING.search(t) for t in results[: row.warn_at])
-    return results
+    return results, proc.stderr
