@@ -151,3 +151,22 @@ def test_each_tool(row, gemini_low, gemini_default, model):
         assert "loopwarden: CRITICAL" not in stderr
     if row.warn_at is not None:
         assert f"loopwarden: WARNING: You have called {row.tool} 10 times" in stderr
+
+
+def test_an_mcp_tool(tmp_path, model, low_service):
+    """The filesystem MCP server's read_text_file (the model calls it mcp_fs_read_text_file): a file that
+    grows between identical reads is never refused; the same text, or the same failure, is."""
+    import json
+
+    from tests.hosts.install import MCP_FILESYSTEM, bin_path
+
+    host = GeminiCli(tmp_path, model.url)
+    scenarios.install_hooks(host, low_service.url)
+    settings = json.loads(host.hooks_file.read_text())
+    server = str(bin_path(MCP_FILESYSTEM, "mcp-server-filesystem"))
+    settings["mcpServers"] = {"fs": {"command": server, "args": [str(host.project)], "trust": True}}
+    host.hooks_file.write_text(json.dumps(settings))
+    read = "mcp_fs_read_text_file"
+    run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
+    run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
+    run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
