@@ -324,7 +324,10 @@ class Cursor(Host):
             return
         for field in ("tool_output", "output", "result_json"):
             if field in data:
-                ev.result = data[field]
+                value = data[field]
+                # documented as text (tool_output and result_json hold JSON text); anything else is
+                # sent as its JSON text too: a plain object would hash on details/content alone
+                ev.result = value if isinstance(value, str) or value is None else _json_text(value)
                 return
 
     def deny(self, ev: HookEvent, message: str) -> dict | None:

@@ -647,3 +647,18 @@ def test_gemini_error_is_the_message_the_model_reads_and_a_warning_rides_on_it(s
     assert service.paths() == ["/v1/result", "/v1/ack"]
     fatal = response | {"error": {"message": "no space", "type": "no_space_left"}}
     assert hook("gemini", post | {"tool_response": fatal})[0] is None
+
+
+def test_cursor_outcomes_stay_unequal_when_what_the_model_reads_differs(service: Recorder) -> None:
+    """Cursor documents its outputs as text (postToolUse's tool_output, afterMCPExecution's result_json:
+    JSON text); an object in their place is sent as its JSON text, so two different outputs never
+    hash alike (a plain object is hashed on details/content alone, RULES.md 4.3)."""
+    from loopwarden.detection.hashing import outcome_hash
+
+    base = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Read"}
+    for output in ('{"content":"a"}', {"file": "a.txt", "text": "one"}, {"file": "a.txt", "text": "two"}):
+        hook("cursor", base | {"tool_input": {"path": "a.txt"}, "tool_output": output, "duration": 12})
+    sent = [b["result"] for _, b, _ in service.seen]
+    assert sent[0] == '{"content":"a"}'
+    hashes = {outcome_hash("read", {"path": "a.txt"}, result, None, has_result=True) for result in sent}
+    assert len(hashes) == 3
