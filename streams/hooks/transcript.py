@@ -21,7 +21,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-MAX_SCAN = 8 << 20  # bytes of a transcript read back at most per hook run
+MAX_SCAN = 8 << 20  # bytes of a transcript read back at most for the previous turn's outputs
+MAX_SCAN_EXIT = 1 << 20  # ... for a shell call's exit code (written just before its PostToolUse)
 BLOCK = 64 << 10
 MAX_RECOVERED = 64  # outputs of one model turn read back at most
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
@@ -95,7 +96,7 @@ def exit_code(path: object, call_id: str | None) -> int | None:
     if not call_id:
         return None
     needle = json.dumps(call_id).encode()
-    for line in lines_backwards(path):
+    for line in lines_backwards(path, MAX_SCAN_EXIT):
         if needle not in line:
             continue
         if b'"item_completed"' in line[:200]:
