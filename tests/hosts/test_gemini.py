@@ -170,3 +170,53 @@ def test_an_mcp_tool(tmp_path, model, low_service):
     run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
     run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
     run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
+
+
+CAPTURE = (  # a hook that appends its input, one line per call
+    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
+    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
+)
+
+
+def test_the_outcome_hashed_is_what_the_model_read(tmp_path, model):
+    """The mapping, checked against the real CLI: for each built-in tool, success and failure, the
+    outcome the hook reports (Gemini.parse of the real AfterTool input) is exactly the functionResponse
+    the model received ({"output": ...} or {"error": ...}), the process group line aside."""
+    import json
+    import sys
+
+    from loopwarden.hooks.hosts import HOSTS
+
+    host = GeminiCli(tmp_path, model.url)
+    script, captured = tmp_path / "capture.py", tmp_path / "after.jsonl"
+    script.write_text(CAPTURE)
+    command = f"CAPTURE={captured} {sys.executable} {script}"
+    host.write_hooks({"hooks": {"AfterTool": [{"matcher": ".*", "hooks": [{"type": "command", "command": command}]}]}})
+    (host.project / "a.txt").write_text("abc\nline\n")
+    calls = [
+        ("run_shell_command", {"command": "echo out; echo err >&2"}),
+        ("run_shell_command", {"command": "echo out; exit 3"}),
+        ("read_file", {"file_path": "a.txt"}),
+        ("read_file", {"file_path": "missing.txt"}),
+        ("write_file", {"file_path": "w.txt", "content": "x\n"}),
+        ("replace", {"file_path": "a.txt", "old_string": "abc", "new_string": "abd", "instruction": "fix"}),
+        ("replace", {"file_path": "a.txt", "old_string": "zzz", "new_string": "q", "instruction": "fix"}),
+        ("grep_search", {"pattern": "line"}),
+        ("grep_search", {"pattern": "nomatch_xyz"}),
+        ("glob", {"pattern": "*.txt"}),
+        ("list_directory", {"dir_path": "."}),
+    ]
+    model.fake.clear()
+    model.fake.set(host.protocol, lambda n: calls[n], len(calls))
+    scenarios.run_ok(host, "go")
+    shown = [json.loads(t)["response"] for t in scenarios.model_saw(model, host)[0]]
+    inputs = [json.loads(line) for line in captured.read_text().splitlines()]
+    assert len(shown) == len(inputs) == len(calls)
+    gemini = HOSTS["gemini"]
+    for (tool, _), seen, data in zip(calls, shown, inputs, strict=True):
+        ev = gemini.parse(data)
+        reported = {"error": ev.error} if ev.error is not None else {"output": ev.result}
+        if tool == "run_shell_command":
+            seen = {"output": "\n".join(x for x in seen["output"].split("\n") if not x.startswith("Process Group"))}
+        assert reported == seen, tool
+    assert sum("error" in s for s in shown) == 2  # the missing file, the missing old_string
