@@ -162,3 +162,68 @@ def test_an_mcp_tool(tmp_path, model, low_service):
     run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
     run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
     run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
+
+
+CAPTURE = (  # a hook that appends its input, one line per call
+    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
+    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
+)
+
+
+def test_the_outcome_hashed_is_what_the_model_read(tmp_path, model):
+    """The mapping, checked against the real CLI. The transcript the hook reads back from holds, for
+    every call, exactly the output the model received; a PostToolUse outcome (Codex.parse of the
+    real input) is that output without Codex's volatile header lines (and, for the shell, its token
+    count, a function of the output); an MCP outcome is the structuredContent the model read."""
+    import json
+    import sys
+
+    from loopwarden.hooks import transcript
+    from loopwarden.hooks.hosts import HOSTS, codex_shown
+    from tests.hosts.install import bin_path
+
+    host = CodexCli(tmp_path, model.url)
+    server = bin_path(MCP_FILESYSTEM, "mcp-server-filesystem")
+    config = host.codex_home / "config.toml"
+    config.write_text(config.read_text() + f'[mcp_servers.fs]\ncommand = "{server}"\nargs = ["{host.project}"]\n')
+    script, captured = tmp_path / "capture.py", tmp_path / "hooks.jsonl"
+    script.write_text(CAPTURE)
+    entry = [
+        {"matcher": "*", "hooks": [{"type": "command", "command": f"CAPTURE={captured} {sys.executable} {script}"}]}
+    ]
+    host.write_hooks({"hooks": {"PreToolUse": entry, "PostToolUse": entry}})
+    (host.project / "a.txt").write_text("old\n")
+    calls = [
+        ("exec_command", {"cmd": "echo out; echo err >&2"}),
+        ("exec_command", {"cmd": "echo out; exit 3"}),
+        ("exec_command", _shell_patch(PATCH_MISSING)),
+        ("exec_command", _shell_patch(PATCH_A)),
+        ("mcp__fs/read_text_file", {"path": "a.txt"}),
+        ("mcp__fs/read_text_file", {"path": "missing.txt"}),
+    ]
+    model.fake.clear()
+    model.fake.set(host.protocol, lambda n: calls[n], len(calls))
+    scenarios.run_ok(host, "go")
+    last = model.fake.bodies("/responses")[-1]
+    shown = {i["call_id"]: i["output"] for i in last["input"] if i.get("type") == "function_call_output"}
+    assert len(shown) == len(calls)
+    hooks = [json.loads(line) for line in captured.read_text().splitlines()]
+    posts = {h["tool_use_id"]: h for h in hooks if h["hook_event_name"] == "PostToolUse"}
+    path = hooks[0]["transcript_path"]
+    in_transcript = {}
+    for line in transcript.lines_backwards(path):
+        item = transcript._item(line)
+        if item is not None and item.get("type") == "function_call_output":
+            in_transcript[item["call_id"]] = item["output"]
+    assert in_transcript == shown  # the read-back source is what the model received
+    codex = HOSTS["codex"]
+    for call_id, data in posts.items():
+        result = codex.parse(data).result
+        seen = codex_shown(shown[call_id])
+        if data["tool_name"] == "Bash":
+            seen = "\n".join(x for x in seen.split("\n") if not x.startswith("Original token count: "))
+            assert result == seen
+        else:  # the MCP success: Codex shows the structuredContent JSON after its header
+            assert json.loads(result) == json.loads(seen.split("Output:\n", 1)[1])
+    # no PostToolUse: both patches through the shell and the failed MCP call (read back instead)
+    assert sorted(posts) == ["call_fake_0000", "call_fake_0001", "call_fake_0004"]
