@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,8 +35,10 @@ def lines_backwards(path: object, max_bytes: int = MAX_SCAN) -> Iterator[bytes]:
     if not isinstance(path, str) or not path:
         return
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return  # a FIFO would block the open, a device never end
         f = open(path, "rb")  # noqa: SIM115 - closed below, also when the caller stops early
-    except OSError:
+    except (OSError, ValueError):
         return
     try:
         end = f.seek(0, os.SEEK_END)

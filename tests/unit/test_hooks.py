@@ -662,3 +662,21 @@ def test_cursor_outcomes_stay_unequal_when_what_the_model_reads_differs(service:
     assert sent[0] == '{"content":"a"}'
     hashes = {outcome_hash("read", {"path": "a.txt"}, result, None, has_result=True) for result in sent}
     assert len(hashes) == 3
+
+
+def test_a_hostile_transcript_reads_as_nothing_quickly(tmp_path: Path) -> None:
+    """The transcript path comes in the hook input: a FIFO (would block the open), a device, a folder,
+    one line of 20 MB without a newline, binary garbage and lines that only look like Codex's all read
+    as nothing, within the scan bound (at most 8 MB read)."""
+    from loopwarden.hooks import transcript
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.jsonl"
+    huge.write_bytes(b'{"type":"response_item","payload":{"type":"function_call_output","output":"' + b"x" * (20 << 20))
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(os.urandom(1 << 20) + b'\n{"type":"response_item","payload":[1]}\n{"type":"response_item"\n')
+    for path in (str(fifo), "/dev/zero", str(tmp_path), str(huge), str(garbage), "bad\x00path", None, 7):
+        assert transcript.previous_outputs(path) == []
+        assert transcript.exit_code(path, "call_1") is None
+    assert sum(len(line) for line in transcript.lines_backwards(str(huge))) <= transcript.MAX_SCAN
