@@ -130,6 +130,9 @@ def exchange(host: Host, agent_id: str, data: dict) -> Exchange:
     """The requests for one hook input ``data`` of ``host``, then the host's output."""
     ev = host.parse(data)
     base = {"agent_id": agent_id, "session_id": ev.session_id}
+    for call_id, output in host.recovered(ev):  # outcomes no post-call hook reported (CODEX.md)
+        late = {"run_id": ev.run_id, "tool_call_id": call_id, "result": bounded(output), "pending_only": True}
+        yield "/v1/result", base | late
     if ev.kind == PRE:
         return (yield from _pre(host, ev, base))
     if ev.kind == POST:

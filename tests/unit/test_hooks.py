@@ -173,7 +173,7 @@ def test_the_user_line_names_the_hosts_tool_where_the_host_has_a_field_for_it(se
     out, _ = hook("claude-code", pre)
     assert out["systemMessage"] == "loopwarden blocked a mcp__x__y call (generic_repeat, count 20)"
     gemini = {"session_id": "s", "hook_event_name": "BeforeTool", "tool_name": "x", "tool_input": {}}
-    assert "systemMessage" not in hook("gemini", gemini)[0]  # no field for it measured there
+    assert hook("gemini", gemini)[0]["systemMessage"] == "loopwarden blocked a x call (generic_repeat, count 20)"
 
 
 def test_claude_code_prompt_starts_a_run_and_stop_ends_it_post_reports_results_and_errors(service: Recorder) -> None:
@@ -218,7 +218,8 @@ def test_codex_names_the_run_by_turn_and_cannot_end_the_session_before_a_call(se
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": "ABORT: stop repeating Bash",
-        }
+        },
+        "systemMessage": "loopwarden ended the session at a Bash call (generic_repeat, count 20)",
     }
     assert service.seen[0][1]["run_id"] == "t-1" and service.seen[0][1]["agent_id"] == "codex"
 
@@ -269,7 +270,8 @@ def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorde
     post = pre | {"hook_event_name": "AfterTool", "tool_response": {"llmContent": "a b", "returnDisplay": "a b"}}
     out, _ = hook("gemini", post)
     assert out == {
-        "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "WARN: 10 identical calls"}
+        "hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "WARN: 10 identical calls"},
+        "systemMessage": "loopwarden warned the agent about a run_shell_command call (loop detection)",
     }
     assert service.paths() == ["/v1/check", "/v1/result", "/v1/ack"]
     assert service.seen[1][1]["result"] == "a b" and service.seen[1][1]["tool_call_id"] is None
@@ -279,7 +281,11 @@ def test_gemini_has_no_ids_and_gets_its_warning_with_the_result(service: Recorde
 def test_gemini_block_and_abort_in_its_own_form(service: Recorder) -> None:
     pre = {"session_id": "s-g", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command", "tool_input": {}}
     service.action = "block"
-    assert hook("gemini", pre)[0] == {"decision": "deny", "reason": "BLOCK: stop repeating Bash"}
+    assert hook("gemini", pre)[0] == {
+        "decision": "deny",
+        "reason": "BLOCK: stop repeating Bash",
+        "systemMessage": "loopwarden blocked a run_shell_command call (generic_repeat, count 20)",
+    }
     # the service named the call: the veto's result carries that id (no pairing needed)
     assert service.seen[1][1]["tool_call_id"] == "call-made-by-service"
     service.action = "abort"
@@ -461,6 +467,7 @@ def test_the_installed_command_runs_without_site_and_loads_only_the_standard_lib
         "loopwarden.hooks.exchange",
         "loopwarden.hooks.hosts",
         "loopwarden.hooks.service",
+        "loopwarden.hooks.transcript",
     }
     assert not mods & {"msgspec", "typing", "argparse", "http.client", "asyncio", "encodings.idna", "runpy"}
 
@@ -633,3 +640,150 @@ def test_a_saved_output_that_is_not_a_regular_file_is_not_read(tmp_path: Path) -
     saved.write_text("é" * 10)
     text = claude_shown("Bash", response | {"persistedOutputPath": str(saved)})
     assert text == digest("é" * 10)  # the same form and digest as any large text
+
+
+# --- what of a response is hashed: what the model was shown (CODEX.md, GEMINI.md) ----------------
+
+
+def _rollout(path: Path, *items: dict) -> str:
+    """A Codex transcript (rollout) holding ``items``: (kind, payload) lines as Codex writes them."""
+    with open(path, "w") as f:
+        for kind, payload in items:
+            f.write(json.dumps({"timestamp": "t", "type": kind, "payload": payload}, separators=(",", ":")) + "\n")
+    return str(path)
+
+
+def _call(call_id: str, cmd: str) -> tuple[str, dict]:
+    args = json.dumps({"cmd": cmd})
+    return "response_item", {"type": "function_call", "name": "exec_command", "arguments": args, "call_id": call_id}
+
+
+def _output(call_id: str, text: object) -> tuple[str, dict]:
+    return "response_item", {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+def _done(call_id: str, code: int) -> tuple[str, dict]:
+    item = {"type": "CommandExecution", "id": call_id, "aggregated_output": "x", "exit_code": code}
+    return "event_msg", {"type": "item_completed", "item": item}
+
+
+CODEX = {"session_id": "s-c", "turn_id": "t-1", "tool_name": "Bash", "tool_input": {"command": "make"}}
+
+
+def test_codex_shell_outcome_carries_the_exit_code_the_model_reads(service: Recorder, tmp_path: Path) -> None:
+    """The shell's tool_response is its output alone; the model reads the exit code beside it, so a
+    command whose output stays the same while its exit code changes is not an identical outcome."""
+    results = []
+    for code in (0, 1):
+        path = _rollout(tmp_path / f"r{code}.jsonl", _call("call_1", "make"), _done("call_1", code))
+        post = CODEX | {"hook_event_name": "PostToolUse", "tool_use_id": "call_1", "transcript_path": path}
+        hook("codex", post | {"tool_response": "same\n"})
+        results.append(service.seen[-1][1]["result"])
+    assert results == ["Process exited with code 0\nOutput:\nsame\n", "Process exited with code 1\nOutput:\nsame\n"]
+    hook("codex", CODEX | {"hook_event_name": "PostToolUse", "tool_use_id": "c", "tool_response": "same\n"})
+    assert service.seen[-1][1]["result"] == "same\n"  # no transcript: the output alone (fails open)
+
+
+def test_codex_reads_back_the_outcomes_no_post_hook_reported(service: Recorder, tmp_path: Path) -> None:
+    """apply_patch through the shell fires PreToolUse and no PostToolUse: at the next PreToolUse (or the
+    Stop) the hook reports the previous turn's outputs from the transcript, pending_only, without the
+    lines Codex makes new on every run (chunk id, wall time)."""
+    patch = "apply_patch <<'EOF'\n*** Begin Patch\n...\nEOF\n"
+    failed = "apply_patch verification failed: Failed to read file to update missing.txt"
+    shell = "Chunk ID: 5eefc5\nWall time: 0.0012 seconds\nProcess exited with code 0\n"
+    shell += "Original token count: 1\nOutput:\nok\n"
+    path = _rollout(
+        tmp_path / "rollout.jsonl",
+        _call("call_0", "ls"),
+        _output("call_0", shell),
+        _call("call_1", patch),
+        _call("call_2", "make"),
+        _output("call_1", failed),
+        _output("call_2", shell.replace("5eefc5", "77aa01")),
+        _call("call_3", patch),
+    )
+    pre = CODEX | {"hook_event_name": "PreToolUse", "tool_use_id": "call_3", "transcript_path": path}
+    hook("codex", pre)
+    assert service.paths() == ["/v1/result", "/v1/result", "/v1/check"]
+    late = [body for _, body, _ in service.seen[:2]]
+    assert [(b["tool_call_id"], b["result"], b["pending_only"], b["run_id"]) for b in late] == [
+        ("call_1", failed, True, "t-1"),
+        ("call_2", "Process exited with code 0\nOriginal token count: 1\nOutput:\nok\n", True, "t-1"),
+    ]
+    service.seen.clear()
+    hook("codex", {"session_id": "s-c", "turn_id": "t-1", "hook_event_name": "Stop", "transcript_path": path})
+    assert service.paths() == ["/v1/result", "/v1/result", "/v1/run_end"]
+    service.seen.clear()
+    hook("codex", pre | {"transcript_path": str(tmp_path / "gone.jsonl")})
+    assert service.paths() == ["/v1/check"]  # no transcript: nothing read back
+
+
+def test_codex_mcp_and_object_outcomes_are_the_json_the_model_reads(service: Recorder) -> None:
+    """An MCP result with structuredContent is shown as that JSON; a built-in's object (get_goal) as its
+    JSON: a plain object would hash on details/content alone, alike for every call."""
+    post = CODEX | {"hook_event_name": "PostToolUse", "tool_use_id": "c"}
+    mcp = {"content": [{"type": "text", "text": "x"}], "structuredContent": {"content": "hello\n"}}
+    hook("codex", post | {"tool_name": "mcp__fs__read_text_file", "tool_response": mcp})
+    hook("codex", post | {"tool_name": "get_goal", "tool_response": {"goal": "ship it", "remainingTokens": 5}})
+    hook(
+        "codex", post | {"tool_name": "apply_patch", "tool_response": "Exit code: 0\nWall time: 1 seconds\nOutput:\nok"}
+    )
+    assert [b["result"] for _, b, _ in service.seen] == [
+        '{"content": "hello\\n"}',
+        '{"goal": "ship it", "remainingTokens": 5}',
+        "Exit code: 0\nOutput:\nok",
+    ]
+
+
+def test_gemini_error_is_the_message_the_model_reads_and_a_warning_rides_on_it(service: Recorder) -> None:
+    """A failed call's model reply is {"error": error.message} and carries no hook context, so the
+    warning handed back with its result is AfterTool's deny: the reason becomes the error the model
+    reads, the call's own error first. A fatal error (no_space_left) is left as it is."""
+    post = {"session_id": "s-g", "hook_event_name": "AfterTool", "tool_name": "replace", "tool_input": {}}
+    error = {"message": "Could not find an exact match for 'old_string'", "type": "edit_no_occurrence_found"}
+    response = {"llmContent": "Could not find ...", "returnDisplay": "Error", "error": error}
+    service.warning = {"message": "WARNING: You have called replace 10 times <x>", "verdict_id": "v-3", "run_id": "r"}
+    out, _ = hook("gemini", post | {"tool_response": response})
+    assert service.seen[0][1]["error"] == "Could not find an exact match for 'old_string'"
+    assert out == {
+        "decision": "deny",
+        "reason": "Could not find an exact match for 'old_string'\n\n"
+        "<hook_context>WARNING: You have called replace 10 times &lt;x&gt;</hook_context>",
+        "systemMessage": "loopwarden warned the agent about a replace call (loop detection)",
+    }
+    assert service.paths() == ["/v1/result", "/v1/ack"]
+    fatal = response | {"error": {"message": "no space", "type": "no_space_left"}}
+    assert hook("gemini", post | {"tool_response": fatal})[0] is None
+
+
+def test_cursor_outcomes_stay_unequal_when_what_the_model_reads_differs(service: Recorder) -> None:
+    """Cursor documents its outputs as text (postToolUse's tool_output, afterMCPExecution's result_json:
+    JSON text); an object in their place is sent as its JSON text, so two different outputs never
+    hash alike (a plain object is hashed on details/content alone, RULES.md 4.3)."""
+    from loopwarden.detection.hashing import outcome_hash
+
+    base = {"conversation_id": "c", "generation_id": "g", "hook_event_name": "postToolUse", "tool_name": "Read"}
+    for output in ('{"content":"a"}', {"file": "a.txt", "text": "one"}, {"file": "a.txt", "text": "two"}):
+        hook("cursor", base | {"tool_input": {"path": "a.txt"}, "tool_output": output, "duration": 12})
+    sent = [b["result"] for _, b, _ in service.seen]
+    assert sent[0] == '{"content":"a"}'
+    hashes = {outcome_hash("read", {"path": "a.txt"}, result, None, has_result=True) for result in sent}
+    assert len(hashes) == 3
+
+
+def test_a_hostile_transcript_reads_as_nothing_quickly(tmp_path: Path) -> None:
+    """The transcript path comes in the hook input: a FIFO (would block the open), a device, a folder,
+    one line of 20 MB without a newline, binary garbage and lines that only look like Codex's all read
+    as nothing, within the scan bound (at most 8 MB read)."""
+    from loopwarden.hooks import transcript
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.jsonl"
+    huge.write_bytes(b'{"type":"response_item","payload":{"type":"function_call_output","output":"' + b"x" * (20 << 20))
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(os.urandom(1 << 20) + b'\n{"type":"response_item","payload":[1]}\n{"type":"response_item"\n')
+    for path in (str(fifo), "/dev/zero", str(tmp_path), str(huge), str(garbage), "bad\x00path", None, 7):
+        assert transcript.previous_outputs(path) == []
+        assert transcript.exit_code(path, "call_1") is None
+    assert sum(len(line) for line in transcript.lines_backwards(str(huge))) <= transcript.MAX_SCAN
