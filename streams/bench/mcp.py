@@ -23,8 +23,10 @@ from typing import Any
 import msgspec
 
 from loopwarden.bench.stats import percentile
+from loopwarden.mcpgate import frames
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}}}
+RESULT = b'{"content":[{"type":"text","text":"ok"}]}'
 SERVER = [sys.executable, "-m", "loopwarden.bench.mcp_server"]
 
 
@@ -70,23 +72,28 @@ async def measure(calls: int, bootstrap: str, config: Path, warmup: int = 50) ->
 
 
 async def gate_only(calls: int) -> dict[str, float]:
-    """The proxy's gate in-process (no broker: events are queued and counted), around an instant tool."""
-    import mcp.types as types
-
+    """The proxy's relay in-process (no broker: events are queued and counted) around an instant server:
+    a host's tools/call frame in, decided and forwarded; the server's response frame in, published, out."""
     from loopwarden.mcpgate.gate import ToolGate
+    from loopwarden.mcpgate.relay import Relay
     from loopwarden.runner import LoopClient
 
     gate = ToolGate(LoopClient(config=CONFIG, bootstrap="127.0.0.1:1"))
-    result = types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+    out: list[bytes] = []
 
-    async def tool() -> types.CallToolResult:
-        return result
+    async def to_host(frame: bytes) -> None:
+        out.append(frame)
 
-    ref = gate.ref("bench", "s")
+    async def to_server(frame: bytes) -> None:
+        head = frames.peek(frame)
+        await relay.from_server(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (head.id, RESULT))
+
+    relay = Relay(gate, to_host, to_server)
     samples = []
     for i in range(calls):
+        request = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":%s}}'
         t0 = time.perf_counter()
-        await gate.call(ref, "echo", {"text": f"call {i}"}, tool)
+        await relay.from_host(request % (i, b'{"text":"call %d"}' % i))
         samples.append(time.perf_counter() - t0)
     ordered = sorted(samples)
     return {"p50_us": round(percentile(ordered, 0.5) * 1e6, 1), "p99_us": round(percentile(ordered, 0.99) * 1e6, 1)}
