@@ -45,6 +45,7 @@ class Server(Protocol):
 
     async def send(self, frame: bytes) -> None: ...
     def frames(self) -> AsyncIterator[bytes | bytearray]: ...
+    async def end_input(self) -> None: ...
 
 
 async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes | bytearray]:
@@ -95,6 +96,11 @@ class CommandServer:
         assert self.proc is not None and self.proc.stdout is not None
         return read_frames(self.proc.stdout)
 
+    async def end_input(self) -> None:
+        """No more frames for the server (it exits on its own, as it does when a host leaves)."""
+        if self.proc is not None and self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+
     async def __aexit__(self, *exc: Any) -> None:
         proc = self.proc
         if proc is None or proc.returncode is not None:
@@ -133,6 +139,9 @@ class UrlServer:
                 log.warning("the wrapped server's transport: %s", item)
                 continue
             yield encode_message(item.message)
+
+    async def end_input(self) -> None:
+        await self.write.aclose()
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._stack.aclose()
@@ -187,7 +196,10 @@ async def serve_stdio(command: list[str] | None, url: str | None, gate: ToolGate
 
                 async def host_side() -> None:
                     await pump(read_frames(reader), relay.from_host, server.send)
-                    tg.cancel_scope.cancel()  # the host closed its end: stop
+                    # the host closed its end: the server's last answers still reach it, for a bounded time
+                    await server.end_input()
+                    await anyio.sleep(STOP_SECONDS)
+                    tg.cancel_scope.cancel()
 
                 async def server_side() -> None:
                     await pump(server.frames(), relay.from_server, to_host)
