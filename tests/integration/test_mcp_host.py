@@ -62,3 +62,31 @@ def test_claude_code_looping_on_a_proxied_mcp_tool_is_blocked_at_20_and_sees_why
             "CRITICAL: Called echo with identical arguments and identical outcomes 20 times. "
             "Session execution blocked to prevent runaway loops."
         )
+
+
+def test_claude_code_shows_the_warning_of_a_structured_result_and_needs_no_wait_with_nonblocking_off(tmp_path):
+    """A tool whose result has structuredContent: Claude Code hands the model structuredContent, so the
+    warning must be in it. And MCP.md's advice for headless runs: with MCP_CONNECTION_NONBLOCKING=false
+    Claude Code waits for its MCP servers, so the model's very first call is the proxied tool (no
+    WaitForMcpServers) and every call reaches the proxy."""
+    tool, calls = "mcp__tools__jobs", 12
+    with FakeModelServer() as fm:
+        host = ClaudeCode(tmp_path, fm.url)
+        host.extra_env["MCP_CONNECTION_NONBLOCKING"] = "false"
+        proxy = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]
+        servers = {"mcpServers": {"tools": {"type": "stdio", "command": sys.executable, "args": proxy}}}
+        mcp_config = host.root / "mcp.json"
+        mcp_config.write_text(json.dumps(servers))
+        fm.fake.set(host.protocol, repeat(tool, {}), calls=calls)
+        argv = [str(claude_binary()), "-p", "count the jobs", "--output-format", "json"]
+        argv += ["--mcp-config", str(mcp_config), "--strict-mcp-config", "--allowedTools", tool]
+        proc = host._run(argv, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        bodies = [b for b in fm.fake.bodies("/v1/messages") if len(anthropic_tool_results(b)) == calls]
+        assert bodies, f"the model never got {calls} results: {proc.stdout[-2000:]}"
+        texts = [result_text(r) for r in anthropic_tool_results(bodies[-1])]
+    assert all("No such tool available" not in text for text in texts), texts[:2]
+    shown = [json.loads(text) for text in texts]  # what the model read: the structuredContent, as JSON
+    assert shown[:10] == [{"jobs": 3}] * 10 and shown[11] == {"jobs": 3}
+    assert shown[10]["jobs"] == 3
+    assert shown[10]["loopwarden_warning"].startswith("[loopwarden] WARNING: You have called jobs 10 times")
