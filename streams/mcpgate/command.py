@@ -33,7 +33,9 @@ def register(sub) -> None:
     p.add_argument("--max-pending", type=int, help="gated calls in flight; more go through ungated (100000)")
     p.add_argument("--max-runs", type=int, help="runs (sessions) the proxy keeps handles of (10000)")
     p.add_argument("--max-frame-bytes", type=int, help="larger JSON-RPC frames go through undecided (16 MiB)")
-    p.add_argument("--max-sessions", type=int, help="HTTP host sessions served at once (100)")
+    p.add_argument(
+        "--max-sessions", type=int, help="HTTP host sessions at once; a new one ends the least recently used (100)"
+    )
     p.add_argument("--log-level", default="warning", help="log level of the proxy's own log, on stderr")
     p.add_argument(
         "server",

@@ -26,6 +26,7 @@ import logging
 import socket
 import sys
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
@@ -237,7 +238,7 @@ class HttpFront:
         from mcp.server.transport_security import TransportSecuritySettings
 
         self.command, self.url, self.gate, self.path, self.tg = command, url, gate, path, tg
-        self.sessions: dict[str, Any] = {}
+        self.sessions: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         loopback = host in ("127.0.0.1", "localhost", "::1")
         self.security = (
             TransportSecuritySettings(
@@ -270,13 +271,16 @@ class HttpFront:
             if transport is None:
                 await Response("session not found", 404)(scope, receive, send)
                 return
+            self.sessions.move_to_end(session_id)
             await transport.handle_request(scope, receive, send)
             if transport.is_terminated:
                 self.sessions.pop(session_id, None)
             return
-        if len(self.sessions) >= self.gate.settings.max_sessions:
-            await Response("too many sessions", 503)(scope, receive, send)
-            return
+        while len(self.sessions) >= self.gate.settings.max_sessions:
+            # hosts that went away without ending their session must not lock new ones out: the least
+            # recently used session ends (its host gets 404 and starts a new one, as the spec says)
+            _old_id, old = self.sessions.popitem(last=False)
+            await old.terminate()
         transport = await self._open()
         await transport.handle_request(scope, receive, send)
 

@@ -15,7 +15,8 @@ Bounds, and why:
   a larger one (a huge result or argument) goes through as it came, undecided and
   counted, so no frame makes the proxy hold more than this;
 - ``max_sessions`` (100): host sessions served at once over HTTP, each with its own
-  connection to the wrapped server (a process, for a command); more are refused (503);
+  connection to the wrapped server (a process, for a command); a new one beyond it ends the
+  least recently used (hosts that leave without ending theirs never lock others out);
 - ``max_runs`` (10,000, the decision service's and the client's
   ``max_local_runs``): runs (MCP sessions) whose handles the proxy keeps; the
   least recently used is forgotten.

@@ -288,3 +288,17 @@ async def test_a_server_over_http_behind_either_front(mode, tmp_path):
                 b = await loop(second, "echo", {"text": "same"}, 11)
                 assert [len(r.content) for r in a] == [1] * 8
                 assert [len(r.content) for r in b] == [1] * 10 + [2]
+
+
+async def test_over_http_a_new_session_beyond_the_bound_ends_the_least_recently_used(tmp_path):
+    """Hosts that leave without ending their session never lock the next ones out: with --max-sessions 1
+    the second session ends the first (its host gets an error and would start anew)."""
+    port = free_port()
+    with serving(http_proxy(port, "--max-sessions", "1", "--", *TOOL_SERVER), port, tmp_path / "proxy.log") as url:
+        async with client(url, mode="legacy") as first:
+            assert texts(await first.call_tool("echo", {"text": "a"})) == ["a"]
+            async with client(url, mode="legacy") as second:
+                results = await loop(second, "echo", {"text": "same"}, 11)
+                assert [len(r.content) for r in results] == [1] * 10 + [2]
+                with pytest.raises(Exception):  # noqa: B017 - the SDK names a lost session in several ways
+                    await first.call_tool("echo", {"text": "a"})
