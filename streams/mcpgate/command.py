@@ -74,9 +74,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     fleet = None
     if args.config:
-        fleet = load_checked(args.config, say)
-        if fleet is None:
+        lines: list[str] = []
+        fleet = load_checked(args.config, lines.append)
+        if fleet is None:  # the config's errors (in one line when there is one), and the flag to change
+            say(f"{'; '.join(lines)}; give a readable JSON/JSON5 config with --config FILE")
             return 2
+        for line in lines:  # its warnings and notices
+            say(line)
+    if args.url and not _reachable(args.url):
+        return 2
     listener = None
     if args.http:
         listener = _listen(host, port)
@@ -99,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main())
     except OSError as exc:  # the server's command cannot be started, or its URL not reached
-        say(f"cannot start or reach the wrapped server ({' '.join(command) or args.url}): {exc.strerror or exc}")
+        what = f"the command after '--' ({' '.join(command)})" if command else f"--url {args.url}"
+        say(f"cannot start or reach the wrapped server: {exc.strerror or exc}; check {what}")
         return 2
     return 0
 
@@ -124,6 +131,22 @@ def _address(text: str) -> tuple[str, int]:
         return host.strip("[]") or "127.0.0.1", int(port)
     except ValueError:
         raise ValueError(f"--http {text}: give HOST:PORT, e.g. 127.0.0.1:8765") from None
+
+
+def _reachable(url: str) -> bool:
+    """The wrapped server's address accepts a connection (checked once at start: a wrong --url is one line)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        say(f"cannot reach --url {url} ({getattr(exc, 'strerror', None) or exc}); check the server's address")
+        return False
+    return True
 
 
 def _listen(host: str, port: int) -> socket.socket | None:

@@ -145,7 +145,10 @@ class UrlServer:
         await self.write.aclose()
 
     async def __aexit__(self, *exc: Any) -> None:
-        await self._stack.aclose()
+        try:
+            await self._stack.aclose()
+        except Exception as error:  # noqa: BLE001 - the server went away; the host has its answers or errors
+            log.warning("the wrapped server's transport closed with an error: %r", error)
 
 
 def session_message(frame: bytes) -> Any:

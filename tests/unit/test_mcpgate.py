@@ -258,6 +258,7 @@ BAD_INPUTS = {
     "busy port": (["mcp", "--http", "127.0.0.1:{port}", "--", "server"], "--http"),
     "bad address": (["mcp", "--http", "nowhere", "--", "server"], "--http"),
     "no such command": (["mcp", "--", "{tmp}/no-such-server"], "no-such-server"),
+    "nothing at the url": (["mcp", "--url", "http://127.0.0.1:{closed}/mcp"], "--url"),
 }
 
 
@@ -268,7 +269,10 @@ def test_the_command_says_what_is_wrong_in_one_line(case, tmp_path, busy_port, c
 
     (tmp_path / "comma.json").write_text('{"tools": {"loopDetection": {,"enabled": true}}}')
     argv, named = BAD_INPUTS[case]
-    argv = [a.format(tmp=tmp_path, port=busy_port) for a in argv]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once closed
+    argv = [a.format(tmp=tmp_path, port=busy_port, closed=closed) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("loopwarden mcp: ")]
