@@ -27,7 +27,6 @@ from typing import Any
 import msgspec
 
 from loopwarden.bench.stats import percentile
-from loopwarden.mcpgate import frames
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}}}
 RESULT = b'{"content":[{"type":"text","text":"ok"}]}'
@@ -117,6 +116,7 @@ async def measure(calls: int, bootstrap: str, config: Path) -> dict[str, Any]:
 async def gate_only(calls: int) -> dict[str, float]:
     """The proxy's relay in-process (no broker: events are queued and counted) around an instant server:
     a host's tools/call frame in, decided and forwarded; the server's response frame in, published, out."""
+    from loopwarden.mcpgate import frames
     from loopwarden.mcpgate.gate import ToolGate
     from loopwarden.mcpgate.relay import Relay
     from loopwarden.runner import LoopClient
