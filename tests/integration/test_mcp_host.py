@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from loopwarden.mcpgate.install import main as install_main
 from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, repeat
 from tests.hosts.harness import ClaudeCode, claude_binary
 
@@ -66,17 +67,18 @@ def test_claude_code_looping_on_a_proxied_mcp_tool_is_blocked_at_20_and_sees_why
 
 def test_claude_code_shows_the_warning_of_a_structured_result_and_needs_no_wait_with_nonblocking_off(tmp_path):
     """A tool whose result has structuredContent: Claude Code hands the model structuredContent, so the
-    warning must be in it. And MCP.md's advice for headless runs: with MCP_CONNECTION_NONBLOCKING=false
-    Claude Code waits for its MCP servers, so the model's very first call is the proxied tool (no
-    WaitForMcpServers) and every call reaches the proxy."""
+    warning must be in it. The server entry is the one `loopwarden mcp install claude-code` writes. And
+    MCP.md's advice for headless runs: with MCP_CONNECTION_NONBLOCKING=false Claude Code waits for its
+    MCP servers, so the model's very first call is the proxied tool (no WaitForMcpServers) and every
+    call reaches the proxy."""
     tool, calls = "mcp__tools__jobs", 12
     with FakeModelServer() as fm:
         host = ClaudeCode(tmp_path, fm.url)
         host.extra_env["MCP_CONNECTION_NONBLOCKING"] = "false"
-        proxy = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]
-        servers = {"mcpServers": {"tools": {"type": "stdio", "command": sys.executable, "args": proxy}}}
-        mcp_config = host.root / "mcp.json"
-        mcp_config.write_text(json.dumps(servers))
+        # the entry as `loopwarden mcp install` writes it (absolute paths; Claude Code runs it with its own PATH)
+        install = ["claude-code", "--dir", str(host.root), "--name", "tools", "--config", str(CONFIG)]
+        assert install_main([*install, "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]) == 0
+        mcp_config = host.root / ".mcp.json"
         fm.fake.set(host.protocol, repeat(tool, {}), calls=calls)
         argv = [str(claude_binary()), "-p", "count the jobs", "--output-format", "json"]
         argv += ["--mcp-config", str(mcp_config), "--strict-mcp-config", "--allowedTools", tool]
