@@ -1,4 +1,4 @@
-"""A real host looping on a proxied MCP tool: Claude Code, driven offline by a scripted model.
+"""Real hosts looping on a proxied MCP tool: Claude Code and Gemini CLI, driven offline by a scripted model.
 
 Claude Code (the npm release) starts ``loopwarden mcp`` from its ``--mcp-config`` around the
 in-test tool server; the scripted model asks for the same ``echo`` call again and again. What
@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from loopwarden.mcpgate.install import main as install_main
-from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, repeat
-from tests.hosts.harness import ClaudeCode, claude_binary
+from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, gemini_tool_results, repeat
+from tests.hosts.harness import ClaudeCode, GeminiCli, claude_binary
 
 from .test_mcp_proxy import CONFIG, NO_BROKER, TOOL_SERVER
 
@@ -92,3 +92,25 @@ def test_claude_code_shows_the_warning_of_a_structured_result_and_needs_no_wait_
     assert shown[:10] == [{"jobs": 3}] * 10 and shown[11] == {"jobs": 3}
     assert shown[10]["jobs"] == 3
     assert shown[10]["loopwarden_warning"].startswith("[loopwarden] WARNING: You have called jobs 10 times")
+
+
+def test_gemini_cli_with_the_entry_mcp_install_writes_is_warned_at_10_and_blocked_at_20(tmp_path):
+    """Gemini CLI (its project settings.json, merged by `loopwarden mcp install gemini`) names the proxied
+    tool mcp_<server>_<tool>; the model reads the warning with the 11th result and the block as the 21st's
+    error."""
+    calls = 22
+    with FakeModelServer() as fm:
+        host = GeminiCli(tmp_path, fm.url)
+        install = ["gemini", "--dir", str(host.project), "--name", "tools", "--config", str(CONFIG)]
+        assert install_main([*install, "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]) == 0
+        fm.fake.set(host.protocol, repeat("mcp_tools_echo", {"text": "same"}), calls=calls)
+        proc = host.run("echo it", timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        bodies = [b for b in fm.fake.bodies("streamGenerateContent") if len(gemini_tool_results(b)) == calls]
+        assert bodies, f"the model never got {calls} results: {proc.stdout[-2000:]}"
+        responses = [r["response"] for r in gemini_tool_results(bodies[-1])]
+    outputs = [r.get("output", "") for r in responses]
+    assert all("same" in out and "loopwarden" not in out for out in outputs[:10] + outputs[11:20])
+    assert "[loopwarden] WARNING: You have called echo 10 times" in outputs[10]
+    for blocked in responses[20:]:
+        assert "CRITICAL: Called echo with identical arguments and identical outcomes 20 times" in blocked["error"]
