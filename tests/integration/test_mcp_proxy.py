@@ -302,3 +302,22 @@ async def test_over_http_a_new_session_beyond_the_bound_ends_the_least_recently_
                 assert [len(r.content) for r in results] == [1] * 10 + [2]
                 with pytest.raises(Exception):  # noqa: B017 - the SDK names a lost session in several ways
                     await first.call_tool("echo", {"text": "a"})
+
+
+def test_over_http_an_undecided_result_keeps_its_values_and_a_foreign_host_header_is_refused(tmp_path):
+    """Over HTTP the SDK's transport frames what the host reads (SSE): the values are the server's, nothing
+    added (no isError). And DNS-rebinding protection: a request naming another Host is refused."""
+    init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "é"}}}
+    direct_lines = raw_exchange(
+        OLD_SERVER,
+        [json.dumps(m).encode() for m in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, call)],
+    )
+    direct_result = json.loads(direct_lines[-1])["result"]
+    port = free_port()
+    with serving(http_proxy(port, "--", *OLD_SERVER), port, tmp_path / "proxy.log") as url, httpx.Client() as http:
+        _, session = rpc(http, url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        answer, _ = rpc(http, url, call, session, "2024-11-05")
+        assert answer["result"] == direct_result and "isError" not in answer["result"]
+        foreign = http.post(url, json=call, headers={"host": "evil.example", "mcp-session-id": session})
+        assert foreign.status_code in (400, 403, 421)
