@@ -49,9 +49,10 @@ class Server(Protocol):
     async def end_input(self) -> None: ...
 
 
-async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes | bytearray]:
-    """Newline-delimited frames without their newline (``bytes``); a frame longer than the reader's
-    limit comes as pieces that carry their own bytes, the newline too (``bytearray``)."""
+async def read_frames(reader: asyncio.StreamReader, limit: int) -> AsyncIterator[bytes | bytearray]:
+    """Newline-delimited frames without their newline (``bytes``); a frame longer than ``limit`` (the
+    reader's) comes as pieces of at most ``limit`` bytes that carry its own bytes, the newline too
+    (``bytearray``), so no frame is ever held whole."""
     while True:
         try:
             line = await reader.readuntil(b"\n")
@@ -60,13 +61,13 @@ async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[bytes | byt
                 yield bytes(end.partial)
             return
         except asyncio.LimitOverrunError as over:
-            yield bytearray(await reader.readexactly(over.consumed))
+            yield bytearray(await reader.readexactly(min(over.consumed, limit)))
             while True:  # the rest of the long frame, through its newline, in pieces
                 try:
                     yield bytearray(await reader.readuntil(b"\n"))
                     break
                 except asyncio.LimitOverrunError as more:
-                    yield bytearray(await reader.readexactly(more.consumed))
+                    yield bytearray(await reader.readexactly(min(more.consumed, limit)))
                 except asyncio.IncompleteReadError as end:
                     yield bytearray(end.partial)
                     return
@@ -95,7 +96,7 @@ class CommandServer:
 
     def frames(self) -> AsyncIterator[bytes | bytearray]:
         assert self.proc is not None and self.proc.stdout is not None
-        return read_frames(self.proc.stdout)
+        return read_frames(self.proc.stdout, self.limit)
 
     async def end_input(self) -> None:
         """No more frames for the server (it exits on its own, as it does when a host leaves)."""
@@ -199,7 +200,7 @@ async def serve_stdio(command: list[str] | None, url: str | None, gate: ToolGate
             async with anyio.create_task_group() as tg:
 
                 async def host_side() -> None:
-                    await pump(read_frames(reader), relay.from_host, server.send)
+                    await pump(read_frames(reader, limit), relay.from_host, server.send)
                     # the host closed its end: the server's last answers still reach it, for a bounded time
                     await server.end_input()
                     await anyio.sleep(STOP_SECONDS)

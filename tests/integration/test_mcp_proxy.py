@@ -243,9 +243,11 @@ def raw_exchange(argv: list[str], frames: list[bytes]) -> list[bytes]:
     return done.stdout.splitlines()
 
 
-def test_an_undecided_result_reaches_the_host_byte_for_byte():
+@pytest.mark.parametrize("flags", [[], ["--max-frame-bytes", "4096"]])  # the 70 KB frames whole, or in pieces
+def test_an_undecided_result_reaches_the_host_byte_for_byte(flags):
     """The hand-written server writes its frames with Python's json.dumps (spaces after separators, its own
-    key order, escaped non-ASCII, no isError): through the proxy the host reads the same bytes."""
+    key order, escaped non-ASCII, no isError): through the proxy the host reads the same bytes, also
+    for frames over --max-frame-bytes, which pass in pieces."""
     init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
     frames = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode()]
     frames.append(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
@@ -254,7 +256,7 @@ def test_an_undecided_result_reaches_the_host_byte_for_byte():
         call = {"name": "echo", "arguments": {"text": text}}
         frames.append(json.dumps({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": call}).encode())
     direct_lines = raw_exchange(OLD_SERVER, frames)
-    proxied_lines = raw_exchange([sys.executable, *proxy(OLD_SERVER).args], frames)
+    proxied_lines = raw_exchange([sys.executable, *proxy(OLD_SERVER, *flags).args], frames)
     assert len(direct_lines) == 5 and b'"isError"' not in b"".join(direct_lines)
     assert proxied_lines == direct_lines
 

@@ -278,3 +278,21 @@ def test_the_command_says_what_is_wrong_in_one_line(case, tmp_path, busy_port, c
     lines = [line for line in err.splitlines() if line.startswith("loopwarden mcp: ")]
     assert len(lines) == 1 and named in lines[0], err
     assert "Traceback" not in err
+
+
+async def test_a_frame_longer_than_the_bound_passes_in_pieces_that_add_up_to_its_bytes():
+    """The stdio reader never holds more than its limit: a longer line comes as pieces (bytearray) that
+    carry its own bytes and newline; the lines around it come whole (bytes, no newline)."""
+    import asyncio
+
+    from loopwarden.mcpgate.proxy import read_frames
+
+    long = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"' + b"x" * 1000 + b'"}]}}'
+    reader = asyncio.StreamReader(limit=100)
+    reader.feed_data(b'{"a":1}\n' + long + b'\n{"b":2}\n{"c":3}')
+    reader.feed_eof()
+    got = [frame async for frame in read_frames(reader, 100)]
+    assert got[0] == b'{"a":1}' and type(got[0]) is bytes
+    pieces = [g for g in got if isinstance(g, bytearray)]
+    assert len(pieces) > 1 and all(len(p) <= 100 for p in pieces) and b"".join(pieces) == long + b"\n"
+    assert got[-2:] == [b'{"b":2}', b'{"c":3}']
