@@ -133,7 +133,9 @@ class UrlServer:
         return self
 
     async def send(self, frame: bytes) -> None:
-        await self.write.send(session_message(frame))
+        message = session_message(frame)
+        if message is not None:
+            await self.write.send(message)
 
     async def frames(self) -> AsyncIterator[bytes]:
         async for item in self.read:
@@ -153,10 +155,17 @@ class UrlServer:
 
 
 def session_message(frame: bytes) -> Any:
+    """A frame as the SDK's transports take it; None (logged, dropped) when it is no JSON-RPC message:
+    those transports carry messages, not bytes."""
+    import pydantic
     from mcp.shared.message import SessionMessage
     from mcp_types import jsonrpc_message_adapter
 
-    return SessionMessage(jsonrpc_message_adapter.validate_json(bytes(frame)))
+    try:
+        return SessionMessage(jsonrpc_message_adapter.validate_json(bytes(frame)))
+    except pydantic.ValidationError:
+        log.warning("dropped a frame that is no JSON-RPC message (%d bytes)", len(frame))
+        return None
 
 
 def encode_message(message: Any) -> bytes:
@@ -308,7 +317,10 @@ class HttpFront:
                 task_status.started()
 
                 async def to_host(frame: bytes) -> None:
-                    message = session_message(frame).message
+                    parsed = session_message(frame)
+                    if parsed is None:
+                        return
+                    message = parsed.message
                     related = None
                     if isinstance(message, (JSONRPCResponse, JSONRPCError)):
                         related = message.id
