@@ -306,20 +306,20 @@ async def test_over_http_a_new_session_beyond_the_bound_ends_the_least_recently_
                     await first.call_tool("echo", {"text": "a"})
 
 
-def test_over_http_an_undecided_result_keeps_its_values_and_a_foreign_host_header_is_refused(tmp_path):
-    """Over HTTP the SDK's transport frames what the host reads (SSE): the values are the server's, nothing
-    added (no isError). And DNS-rebinding protection: a request naming another Host is refused."""
+def test_over_http_an_undecided_result_is_the_servers_bytes_and_a_foreign_host_header_is_refused(tmp_path):
+    """Over HTTP a POSTed request's answer is the server's response frame as the body, the bytes it wrote
+    (spaces, escapes, no isError added). And DNS-rebinding protection: a request naming another Host is
+    refused."""
     init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "é"}}}
-    direct_lines = raw_exchange(
-        OLD_SERVER,
-        [json.dumps(m).encode() for m in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, call)],
-    )
-    direct_result = json.loads(direct_lines[-1])["result"]
+    opening = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+    direct_lines = raw_exchange(OLD_SERVER, [json.dumps(m).encode() for m in (opening, call)])
     port = free_port()
     with serving(http_proxy(port, "--", *OLD_SERVER), port, tmp_path / "proxy.log") as url, httpx.Client() as http:
-        _, session = rpc(http, url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
-        answer, _ = rpc(http, url, call, session, "2024-11-05")
-        assert answer["result"] == direct_result and "isError" not in answer["result"]
+        _, session = rpc(http, url, opening)
+        headers = {"accept": "application/json, text/event-stream", "mcp-session-id": session}
+        answer = http.post(url, content=json.dumps(call).encode(), headers=headers)
+        assert answer.status_code == 200 and answer.content == direct_lines[-1]
+        assert b'"isError"' not in answer.content and b"\\u00e9" in answer.content
         foreign = http.post(url, json=call, headers={"host": "evil.example", "mcp-session-id": session})
         assert foreign.status_code in (400, 403, 421)

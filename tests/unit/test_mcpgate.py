@@ -285,7 +285,7 @@ async def test_a_frame_longer_than_the_bound_passes_in_pieces_that_add_up_to_its
     carry its own bytes and newline; the lines around it come whole (bytes, no newline)."""
     import asyncio
 
-    from loopwarden.mcpgate.proxy import read_frames
+    from loopwarden.mcpgate.server import read_frames
 
     long = b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"' + b"x" * 1000 + b'"}]}}'
     reader = asyncio.StreamReader(limit=100)
