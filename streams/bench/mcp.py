@@ -95,8 +95,9 @@ async def alternate(direct_target: Any, proxied_target: Any, mode: str, calls: i
 
 async def measure(calls: int, bootstrap: str, config: Path) -> dict[str, Any]:
     """stdio: the server's command, and the proxy around it; http: the server over streamable HTTP, and
-    ``loopwarden mcp --http`` around its ``--url`` (both at the handshake revision: the proxy serves
-    HTTP hosts with a session)."""
+    ``loopwarden mcp --http`` around its ``--url``; http_to_command: the same direct call, and
+    ``loopwarden mcp --http`` around the server's command (what the host sees is HTTP either way). Over
+    HTTP both sides speak the handshake revision (the proxy serves HTTP hosts with a session)."""
     from mcp import StdioServerParameters
 
     proxy = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(config), "--bootstrap", bootstrap]
@@ -106,11 +107,13 @@ async def measure(calls: int, bootstrap: str, config: Path) -> dict[str, Any]:
         "auto",
         calls,
     )
-    server_port, proxy_port = free_port(), free_port()
+    server_port, proxy_port, front_port = free_port(), free_port(), free_port()
     with serving([*SERVER, "--http", str(server_port)], server_port) as server_url:
         with serving([*proxy, "--http", f"127.0.0.1:{proxy_port}", "--url", server_url], proxy_port) as proxy_url:
             http = await alternate(server_url, proxy_url, "legacy", calls)
-    return {"calls": calls, "stdio": stdio, "http": http}
+        with serving([*proxy, "--http", f"127.0.0.1:{front_port}", "--", *SERVER], front_port) as front_url:
+            http_to_command = await alternate(server_url, front_url, "legacy", calls)
+    return {"calls": calls, "stdio": stdio, "http": http, "http_to_command": http_to_command}
 
 
 async def gate_only(calls: int) -> dict[str, float]:
