@@ -308,18 +308,21 @@ async def test_over_http_a_new_session_beyond_the_bound_ends_the_least_recently_
 
 def test_over_http_an_undecided_result_is_the_servers_bytes_and_a_foreign_host_header_is_refused(tmp_path):
     """Over HTTP a POSTed request's answer is the server's response frame as the body, the bytes it wrote
-    (spaces, escapes, no isError added). And DNS-rebinding protection: a request naming another Host is
-    refused."""
+    (spaces, escapes, no isError added); a body over --max-frame-bytes is refused. And DNS-rebinding
+    protection: a request naming another Host is refused."""
     init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "é"}}}
     opening = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
     direct_lines = raw_exchange(OLD_SERVER, [json.dumps(m).encode() for m in (opening, call)])
     port = free_port()
-    with serving(http_proxy(port, "--", *OLD_SERVER), port, tmp_path / "proxy.log") as url, httpx.Client() as http:
+    proxy_argv = http_proxy(port, "--max-frame-bytes", "65536", "--", *OLD_SERVER)
+    with serving(proxy_argv, port, tmp_path / "proxy.log") as url, httpx.Client() as http:
         _, session = rpc(http, url, opening)
         headers = {"accept": "application/json, text/event-stream", "mcp-session-id": session}
         answer = http.post(url, content=json.dumps(call).encode(), headers=headers)
         assert answer.status_code == 200 and answer.content == direct_lines[-1]
         assert b'"isError"' not in answer.content and b"\\u00e9" in answer.content
+        big = {**call, "params": {"name": "echo", "arguments": {"text": "x" * 70_000}}}
+        assert http.post(url, json=big, headers=headers).status_code == 413  # over --max-frame-bytes
         foreign = http.post(url, json=call, headers={"host": "evil.example", "mcp-session-id": session})
         assert foreign.status_code in (400, 403, 421)
