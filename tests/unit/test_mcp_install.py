@@ -61,22 +61,15 @@ def test_claude_code_keeps_the_rest_of_the_file_its_mode_numbers_and_symlink(tmp
     assert real.read_text() == text  # twice changes nothing
 
 
-def test_codex_config_toml_keeps_comments_and_layout(tmp_path):
+def test_codex_config_toml_keeps_comments_and_layout(tmp_path, monkeypatch):
     home = tmp_path / "codex-home"
     home.mkdir()
     written = (
         '# my settings\nmodel = "o3"  # keep this\n\n[mcp_servers.other]\ncommand = "x"\nstartup_timeout_sec = 1.50\n'
     )
     (home / "config.toml").write_text(written)
-    env_before = os.environ.get("CODEX_HOME")
-    os.environ["CODEX_HOME"] = str(home)
-    try:
-        assert main(["codex", "--name", "files", "--", "srv"]) == 0
-    finally:
-        if env_before is None:
-            del os.environ["CODEX_HOME"]
-        else:
-            os.environ["CODEX_HOME"] = env_before
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    assert main(["codex", "--name", "files", "--", "srv"]) == 0
     text = (home / "config.toml").read_text()
     assert text.startswith(written)
     data = tomllib.loads(text)
