@@ -9,6 +9,8 @@ are tool errors carrying the block's text (Claude Code hands ``isError`` results
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import sys
 
 import pytest
@@ -114,3 +116,19 @@ def test_gemini_cli_with_the_entry_mcp_install_writes_is_warned_at_10_and_blocke
     assert "[loopwarden] WARNING: You have called echo 10 times" in outputs[10]
     for blocked in responses[20:]:
         assert "CRITICAL: Called echo with identical arguments and identical outcomes 20 times" in blocked["error"]
+
+
+def test_the_claude_mcp_add_line_mcp_install_prints_connects_in_claude_code(tmp_path, capsys):
+    """`mcp install claude-code` also prints Claude Code's own command; run as printed (the real `claude`),
+    Claude Code adds the server and its health check connects through the proxy."""
+    install = ["claude-code", "--print", "--dir", str(tmp_path), "--name", "files", "--config", str(CONFIG)]
+    assert install_main([*install, "--bootstrap", NO_BROKER, "--", *TOOL_SERVER]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if "claude mcp add" in x).split("command: ", 1)[1]
+    argv = shlex.split(line)
+    assert argv[:4] == ["claude", "mcp", "add", "files"]
+    claude = str(claude_binary())
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    added = subprocess.run([claude, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+    listed = subprocess.run([claude, "mcp", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "files:" in listed.stdout and "Connected" in listed.stdout, listed.stdout + listed.stderr
