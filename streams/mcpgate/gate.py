@@ -144,6 +144,10 @@ class ToolGate:
             self._logged = True
             log.exception("loopwarden failed in the MCP proxy; calls go through (later failures are only counted)")
 
+    async def end(self, ref: RunRef) -> None:
+        """End one run (``run_end``): its session is over."""
+        await self._quiet(self.gate.end(ref))
+
     async def close(self) -> None:
         """End every run (``run_end``): the host went away."""
         await self._quiet(self.gate.end_all())

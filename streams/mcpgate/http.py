@@ -88,7 +88,7 @@ class Session:
             self.front.sessions.pop(self.id, None)
             if self.relay is not None:
                 self.relay.close()
-                await gate.gate.end(gate.ref(self.relay.client_name, self.relay.session))
+                await gate.end(gate.ref(self.relay.client_name, self.relay.session))
 
     async def to_host(self, frame: bytes) -> None:
         """A frame for the host: the answer of a waiting POST, else one for the GET stream."""

@@ -52,6 +52,7 @@ class Relay:
         self.to_server = to_server
         self.session = session or new_session()
         self.client_name: str | None = None
+        self.decided = False  # a call of this session was decided (so it has a run to end)
         self.calls: OrderedDict[bytes, tuple[Decision, str]] = OrderedDict()  # request id -> decision, tool
         self.lists: OrderedDict[bytes, None] = OrderedDict()  # tools/list requests in flight
         self.closed_tools: OrderedDict[str, None] = OrderedDict()  # output schema with additionalProperties false
@@ -65,9 +66,12 @@ class Relay:
                 await self.to_host(answer)
                 return
         elif method == "initialize":
+            if self.decided:  # the host starts a new session on this connection: the last one's run ends
+                await self.gate.end(self.gate.ref(self.client_name, self.session))
             params = frames.decode(head.params) if head is not None else None
             self.client_name = _name((params or {}).get("clientInfo") if isinstance(params, dict) else None)
             self.session = new_session()
+            self.decided = False
         elif method == "tools/list" and head is not None and head.id:
             _bounded_add(self.lists, bytes(head.id), self.gate.settings.max_pending)
         elif method == "notifications/cancelled" and head is not None:
@@ -111,6 +115,7 @@ class Relay:
         name = _name(meta.get(CLIENT_INFO_META_KEY)) if isinstance(meta, dict) else None
         ref = self.gate.ref(name or self.client_name, self.session)
         decision = await self.gate.decide(ref, params["name"], params.get("arguments"))
+        self.decided = True
         if decision is None:
             return None
         if not decision.proceed:

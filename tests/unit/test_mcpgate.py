@@ -143,14 +143,18 @@ async def test_a_refusal_answers_the_request_id_as_sent_and_the_server_never_see
 
 
 async def test_each_initialize_on_a_connection_starts_a_new_run():
-    """A host that re-initializes on one connection starts a new session: the calls before it do not count."""
+    """A host that re-initializes on one connection starts a new session: the calls before it do not count,
+    and the earlier session's run ends."""
     wire = Wire()
     await wire.initialize()
     for _ in range(8):
         await wire.call()
+    first = wire.relay.session
     await wire.initialize()
+    assert wire.relay.session != first and wire.gate.gate._runs.keys() == set()  # the first run ended
     results = [await wire.call() for _ in range(11)]
     assert [len(r["content"]) for r in results] == [1] * 10 + [2]
+    assert [ref.session_id for ref in (run.ref for run in wire.gate.gate._runs.values())] == [wire.relay.session]
 
 
 async def test_two_connections_are_two_runs_and_the_agent_is_the_hosts_name():
