@@ -1,10 +1,13 @@
 """The MCP server ``loopwarden bench mcp`` calls: one ``echo`` tool on the SDK's low-level Server, over stdio.
 
-Run as ``python -m loopwarden.bench.mcp_server``; its answer costs next to nothing, so what a
+Run as ``python -m loopwarden.bench.mcp_server`` (``--http PORT``: streamable HTTP on 127.0.0.1);
+its answer costs next to nothing, so what a
 call through the proxy adds is the proxy's own time.
 """
 
 from __future__ import annotations
+
+import sys
 
 import anyio
 
@@ -29,7 +32,13 @@ def main() -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(serve)
+    if sys.argv[1:2] == ["--http"]:
+        import uvicorn
+
+        app = server.streamable_http_app(host="127.0.0.1")
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    else:
+        anyio.run(serve)
 
 
 if __name__ == "__main__":

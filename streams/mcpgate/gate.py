@@ -1,21 +1,22 @@
-"""One ``tools/call`` through loopwarden: decide, refuse or forward, publish, annotate.
+"""One ``tools/call`` through loopwarden: decide before it is forwarded, publish and annotate its response.
 
-Transport-free: the proxy (:mod:`loopwarden.mcpgate.proxy`) hands each call
-here with who made it (a :class:`~loopwarden.runner.wire.RunRef`) and a
-``forward`` coroutine that calls the wrapped server. The decision is the
-runner's own (:class:`~loopwarden.runner.integrations._gate.Gate` over a
-:class:`~loopwarden.runner.LoopClient` with local decisions), so a proxied
-host is judged exactly as an embedded runner is.
+Transport-free: the relay (:mod:`loopwarden.mcpgate.relay`) asks :meth:`ToolGate.decide`
+when a host's ``tools/call`` arrives, with who made it (a
+:class:`~loopwarden.runner.wire.RunRef`), and hands :meth:`ToolGate.finished` the
+server's response to it. The decision is the runner's own
+(:class:`~loopwarden.runner.integrations._gate.Gate` over a
+:class:`~loopwarden.runner.LoopClient` with local decisions), so a proxied host is
+judged exactly as an embedded runner is.
 
 What the host sees:
 
 - ``block`` / ``abort``: a ``CallToolResult`` with ``isError: true`` whose one
-  text item is the verdict's text (built from its fields); the server is not
-  called. MCP hosts SHOULD hand tool-execution errors to the model, so the
-  model reads why. After an abort every later call of the run is refused the
-  same way;
-- ``warn``: the server's result with one more text item, the warning;
-- ``allow``: the server's result untouched.
+  text item is the verdict's text; the server is not called. MCP hosts SHOULD
+  hand tool-execution errors to the model, so the model reads why. After an
+  abort every later call of the run is refused the same way;
+- ``warn``: the server's result with the warning added where the host shows it
+  (:func:`with_warning`);
+- ``allow``: the server's response, the bytes it sent.
 
 loopwarden never breaks a healthy agent: anything that fails on its side
 lets the call through (counted in :class:`GateStats`, logged once); errors of
@@ -25,11 +26,11 @@ the server itself reach the host unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp.types as types
 import msgspec
+import pydantic
 from msgspec import Raw
 
 from loopwarden.mcpgate.settings import GateSettings
@@ -41,8 +42,7 @@ from loopwarden.runner.wire import RunRef, bounded_payload
 log = logging.getLogger(__name__)
 
 MAX_ID_CHARS = 256  # an agent or session id longer than this is cut (ids come from the host)
-
-Forward = Callable[[], Awaitable[Any]]  # a CallToolResult, or the server's request for input
+WARNING_KEY = "loopwarden_warning"  # the warning's key in a structuredContent object
 
 
 class GateStats(msgspec.Struct, kw_only=True):
@@ -50,8 +50,10 @@ class GateStats(msgspec.Struct, kw_only=True):
 
     calls: int = 0  # tools/call requests seen
     refused: int = 0  # answered with the verdict, the server not called
-    warned: int = 0  # forwarded with the warning appended
+    warned: int = 0  # forwarded with the warning added
     ungated_overload: int = 0  # more than max_pending in flight: forwarded without a decision
+    ungated_frames: int = 0  # a frame over max_frame_bytes or a batch: forwarded without a decision
+    abandoned: int = 0  # a decided call whose response never came (cancelled, evicted, disconnected)
     failed_open: int = 0  # loopwarden failed on the proxy's side: forwarded without a decision
     server_errors: int = 0  # the server answered with an error (published, passed on)
 
@@ -64,7 +66,7 @@ class ToolGate:
         self.settings = settings or GateSettings()
         self.gate = Gate(client, max_runs=self.settings.max_runs)
         self.stats = GateStats()
-        self._pending = 0
+        self.pending = 0  # decided calls whose response has not come yet
         self._logged = False
 
     def ref(self, client_name: str | None, session_id: str) -> RunRef:
@@ -76,60 +78,63 @@ class ToolGate:
         """A value as published and hashed: its JSON, or its digest beyond ``max_payload_bytes``."""
         return bounded_payload(self.client.encode(value), self.settings.max_payload_bytes)
 
-    async def call(self, ref: RunRef, name: str, arguments: Any, forward: Forward) -> Any:
-        """The host's answer to one call (``forward`` runs the server's tool)."""
+    async def decide(self, ref: RunRef, name: str, arguments: Any) -> Decision | None:
+        """The call's decision; None: it goes through undecided (overload, loopwarden's own failure).
+
+        A decision that lets the call through counts as pending until :meth:`finished` or
+        :meth:`abandon` is called with it."""
         self.stats.calls += 1
-        if self._pending >= self.settings.max_pending:
+        if self.pending >= self.settings.max_pending:
             self.stats.ungated_overload += 1
-            return await forward()
-        self._pending += 1
+            return None
         try:
-            try:
-                decision = await self.gate.check(
-                    ref, name, self.payload(arguments if arguments is not None else {}), None
-                )
-            except Exception:  # noqa: BLE001 - loopwarden's failure is never the agent's
-                self._fail_open()
-                return await forward()
-            if not decision.proceed:
-                self.stats.refused += 1
-                await self.gate.refused(decision)
-                return refusal(decision)
-            return await self._forward(decision, forward)
-        finally:
-            self._pending -= 1
+            decision = await self.gate.check(ref, name, self.payload(arguments if arguments is not None else {}), None)
+        except Exception:  # noqa: BLE001 - loopwarden's failure is never the agent's
+            self._fail_open()
+            return None
+        if not decision.proceed:
+            self.stats.refused += 1
+            await self._quiet(self.gate.refused(decision))
+            return decision
+        self.pending += 1
+        return decision
 
-    async def _forward(self, decision: Decision, forward: Forward) -> Any:
-        try:
-            result = await forward()
-        except Exception as exc:
+    async def finished(self, decision: Decision, result: Any, error: Any, closed_schema: bool = False) -> Any:
+        """Publish the server's response to a decided call (its ``result``, or its JSON-RPC ``error``).
+
+        Returns the result to send the host instead of the server's (a warned call), else None:
+        the host gets the server's response as it came."""
+        self.pending -= 1
+        if error is not None:
             self.stats.server_errors += 1
-            await self._published(decision, error=f"{type(exc).__name__}: {exc}")
-            raise
-        if not isinstance(result, types.CallToolResult):  # the server asks the host for input first
-            await self._published(decision, result=self.payload(result.model_dump(by_alias=True, mode="json")))
-            return result
+            await self._published(decision, error=self.payload(error))
+            return None
+        outcome = tool_outcome(result)
+        if outcome is None:  # the server asks the host for input first (or answered no tool result)
+            await self._published(decision, result=self.payload(result))
+            return None
         warned = decision.action == "warn"
-        if result.is_error:
+        if result.get("isError") is True:
             self.stats.server_errors += 1
-            await self._published(decision, error=self._outcome(result))
+            await self._published(decision, error=self.payload(outcome))
         else:
-            await self._published(decision, result=self._outcome(result), warned=warned)
-        if warned:
-            self.stats.warned += 1
-            result = with_warning(result, decision)
-        return result
+            await self._published(decision, result=self.payload(outcome), warned=warned)
+        if not warned:
+            return None
+        self.stats.warned += 1
+        return with_warning(result, warning_note(decision).strip(), closed_schema)
 
-    def _outcome(self, result: types.CallToolResult) -> Raw:
-        """What the server returned, as published: content and structured content (not ``_meta``)."""
-        dumped = result.model_dump(
-            by_alias=True, mode="json", exclude_none=True, include={"content", "structured_content"}
-        )
-        return self.payload(dumped)
+    def abandon(self, decision: Decision) -> None:
+        """A decided call whose response will not come (cancelled, or the connection is gone)."""
+        self.pending -= 1
+        self.stats.abandoned += 1
 
     async def _published(self, decision: Decision, *, warned: bool = False, **outcome: Any) -> None:
+        await self._quiet(self.gate.finished(decision, warned=warned, **outcome))
+
+    async def _quiet(self, awaitable: Any) -> None:
         try:
-            await self.gate.finished(decision, warned=warned, **outcome)
+            await awaitable
         except Exception:  # noqa: BLE001
             self._fail_open()
 
@@ -139,21 +144,43 @@ class ToolGate:
             self._logged = True
             log.exception("loopwarden failed in the MCP proxy; calls go through (later failures are only counted)")
 
+    async def end(self, ref: RunRef) -> None:
+        """End one run (``run_end``): its session is over."""
+        await self._quiet(self.gate.end(ref))
+
     async def close(self) -> None:
         """End every run (``run_end``): the host went away."""
-        try:
-            await self.gate.end_all()
-        except Exception:  # noqa: BLE001
-            self._fail_open()
+        await self._quiet(self.gate.end_all())
         log.info("runs ended; %s", self.stats)
 
 
-def refusal(decision: Decision) -> types.CallToolResult:
+def tool_outcome(result: Any) -> dict[str, Any] | None:
+    """What a tool result gave the host, as published and hashed: its ``content`` and
+    ``structuredContent`` (not ``_meta``); None when ``result`` is no complete ``CallToolResult``
+    (the SDK's type decides)."""
+    if not isinstance(result, dict) or result.get("resultType", "complete") != "complete":
+        return None
+    try:
+        types.CallToolResult.model_validate(result)
+    except pydantic.ValidationError:
+        return None
+    return {key: result[key] for key in ("content", "structuredContent") if result.get(key) is not None}
+
+
+def refusal(decision: Decision) -> dict[str, Any]:
     """A refused call's result: a tool-execution error carrying the verdict's text."""
-    return types.CallToolResult(content=[types.TextContent(type="text", text=block_message(decision))], is_error=True)
+    result = types.CallToolResult(content=[types.TextContent(type="text", text=block_message(decision))], is_error=True)
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def with_warning(result: types.CallToolResult, decision: Decision) -> types.CallToolResult:
-    """The server's result with the warning as one more text item."""
-    note = types.TextContent(type="text", text=warning_note(decision).strip())
-    return result.model_copy(update={"content": [*result.content, note]})
+def with_warning(result: dict[str, Any], note: str, closed_schema: bool = False) -> dict[str, Any]:
+    """The server's result with the warning where each host shows it: one more text item in
+    ``content`` (what most hosts hand the model), and in a ``structuredContent`` object the key
+    ``loopwarden_warning`` (Claude Code hands the model ``structuredContent`` when there is one),
+    unless the tool's output schema forbids keys it does not name (the host would reject the result)."""
+    warned = dict(result)
+    warned["content"] = [*(result.get("content") or []), {"type": "text", "text": note}]
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict) and not closed_schema:
+        warned["structuredContent"] = {**structured, WARNING_KEY: note}
+    return warned

@@ -11,6 +11,12 @@ Bounds, and why:
 - ``max_pending`` (100,000, the decision service's): calls in flight through
   the proxy that are gated; beyond it a call goes straight to the server,
   ungated and counted, rather than queueing behind loopwarden;
+- ``max_frame_bytes`` (16 MiB): the largest JSON-RPC frame the proxy reads to decide;
+  a larger one (a huge result or argument) goes through as it came, undecided and
+  counted, so no frame makes the proxy hold more than this;
+- ``max_sessions`` (100): host sessions served at once over HTTP, each with its own
+  connection to the wrapped server (a process, for a command); a new one beyond it ends the
+  least recently used (hosts that leave without ending theirs never lock others out);
 - ``max_runs`` (10,000, the decision service's and the client's
   ``max_local_runs``): runs (MCP sessions) whose handles the proxy keeps; the
   least recently used is forgotten.
@@ -35,10 +41,14 @@ class GateSettings(msgspec.Struct, kw_only=True):
     max_payload_bytes: int = 65_536
     max_pending: int = 100_000
     max_runs: int = 10_000
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_sessions: int = 100
 
     def check(self) -> GateSettings:
-        if min(self.max_payload_bytes, self.max_pending, self.max_runs) < 1:
-            raise ValueError("max_payload_bytes, max_pending and max_runs must be at least 1")
+        bounds = (self.max_payload_bytes, self.max_pending, self.max_runs, self.max_frame_bytes, self.max_sessions)
+        if min(bounds) < 1:
+            names = "--max-payload-bytes, --max-pending, --max-runs, --max-frame-bytes and --max-sessions"
+            raise ValueError(f"{names} must be at least 1")
         return self
 
     @classmethod

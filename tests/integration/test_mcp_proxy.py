@@ -9,12 +9,16 @@ The broker is absent here (events wait in the outbox); test_mcp_live.py has the 
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
@@ -33,7 +37,8 @@ NO_BROKER = "127.0.0.1:1"
 
 
 def proxy(server: list[str], *flags: str, bootstrap: str = NO_BROKER, env: dict | None = None) -> StdioServerParameters:
-    args = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", bootstrap, *flags, "--", *server]
+    target = server if server[:1] == ["--url"] else ["--", *server]  # a command, or ["--url", URL]
+    args = ["-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", bootstrap, *flags, *target]
     return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
 
 
@@ -154,28 +159,170 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_over_http_each_session_is_its_own_run(tmp_path):
-    port = free_port()
-    argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER]
-    argv += ["--http", f"127.0.0.1:{port}", "--", *TOOL_SERVER]
-    log = (tmp_path / "proxy.log").open("w")
+@contextmanager
+def serving(argv: list[str], port: int, log_path: Path) -> Iterator[str]:
+    """A process serving streamable HTTP on ``port``: its URL while it runs."""
+    log = log_path.open("w")
     proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
-        while True:  # a hang guard while the proxy starts, not a timing assertion
+        while True:  # a hang guard while the process starts, not a timing assertion
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()
+                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
                 time.sleep(0.2)
-        url = f"http://127.0.0.1:{port}/mcp"
-        async with client(url, mode="legacy") as first, client(url, mode="legacy") as second:
-            a = await loop(first, "echo", {"text": "same"}, 8)
-            b = await loop(second, "echo", {"text": "same"}, 11)  # one run would warn at its 3rd call
-            assert [len(r.content) for r in a] == [1] * 8
-            assert [len(r.content) for r in b] == [1] * 10 + [2]
+        yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+def http_proxy(port: int, *server: str) -> list[str]:
+    argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--bootstrap", NO_BROKER]
+    return [*argv, "--http", f"127.0.0.1:{port}", *server]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # the SDK's default client (it probes 2026-07-28 first)
+async def test_over_http_each_session_is_its_own_run(mode, tmp_path):
+    """Two host sessions on one proxy: the healthy one is not blocked by the other's loop. The
+    2026-07-28 revision carries no session on HTTP: the proxy does not offer it there, and the SDK's
+    default client falls back to the handshake, whose session is the run."""
+    port = free_port()
+    with serving(http_proxy(port, "--", *TOOL_SERVER), port, tmp_path / "proxy.log") as url:
+        async with client(url, mode=mode) as first, client(url, mode=mode) as second:
+            assert first.protocol_version == second.protocol_version == "2025-11-25"
+            a = await loop(first, "echo", {"text": "same"}, 8)
+            b = await loop(second, "echo", {"text": "same"}, 11)  # one run would warn at its 3rd call
+            assert [len(r.content) for r in a] == [1] * 8
+            assert [len(r.content) for r in b] == [1] * 10 + [2]
+
+
+def rpc(http: httpx.Client, url: str, message: dict, session: str | None = None, version: str | None = None):
+    """One JSON-RPC message POSTed as a host does: the answer (JSON or one SSE event) and the session header."""
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    if session:
+        headers["mcp-session-id"] = session
+    if version:
+        headers["mcp-protocol-version"] = version
+    reply = http.post(url, json=message, headers=headers)
+    assert reply.status_code < 300, reply.text
+    data = [line[5:].strip() for line in reply.text.splitlines() if line.startswith("data:")]
+    body = json.loads(data[-1]) if data else (reply.json() if reply.content else None)
+    return body, reply.headers.get("mcp-session-id")
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18"])
+def test_over_http_each_older_handshake_revision_keeps_sessions_apart(version, tmp_path):
+    """The SDK's client speaks only the newest handshake; older revisions are spoken here as their
+    hosts speak them (initialize with the revision, then its session header on every request)."""
+    port = free_port()
+    with serving(http_proxy(port, "--", *TOOL_SERVER), port, tmp_path / "proxy.log") as url, httpx.Client() as http:
+        sessions = []
+        for name in ("first", "second"):
+            params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": name, "version": "1"}}
+            init, session = rpc(http, url, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+            assert init["result"]["protocolVersion"] == version and session
+            rpc(http, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session, version)
+            sessions.append(session)
+
+        def calls(session: str, n: int) -> list[int]:
+            call = {"name": "echo", "arguments": {"text": "same"}}
+            messages = [{"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": call} for i in range(n)]
+            return [len(rpc(http, url, m, session, version)[0]["result"]["content"]) for m in messages]
+
+        assert calls(sessions[0], 8) == [1] * 8
+        assert calls(sessions[1], 11) == [1] * 10 + [2]
+
+
+def raw_exchange(argv: list[str], frames: list[bytes]) -> list[bytes]:
+    """The frames a host writes, each on its line, and the lines it reads back, byte for byte."""
+    done = subprocess.run(argv, input=b"".join(f + b"\n" for f in frames), capture_output=True, cwd=REPO, timeout=120)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize("flags", [[], ["--max-frame-bytes", "4096"]])  # the 70 KB frames whole, or in pieces
+def test_an_undecided_result_reaches_the_host_byte_for_byte(flags):
+    """The hand-written server writes its frames with Python's json.dumps (spaces after separators, its own
+    key order, escaped non-ASCII, no isError): through the proxy the host reads the same bytes, also
+    for frames over --max-frame-bytes, which pass in pieces."""
+    init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    frames = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode()]
+    frames.append(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    frames.append(b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}')
+    for i, text in enumerate(["caf\u00e9 1.10", "x" * 70_000, "line\nbreak"]):
+        call = {"name": "echo", "arguments": {"text": text}}
+        frames.append(json.dumps({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": call}).encode())
+    direct_lines = raw_exchange(OLD_SERVER, frames)
+    proxied_lines = raw_exchange([sys.executable, *proxy(OLD_SERVER, *flags).args], frames)
+    assert len(direct_lines) == 5 and b'"isError"' not in b"".join(direct_lines)
+    assert proxied_lines == direct_lines
+
+
+@pytest.mark.parametrize(("tool", "in_structured"), [("jobs", True), ("jobs_closed", False)])
+async def test_a_warning_reaches_the_model_in_structured_content_too(tool, in_structured):
+    """Claude Code hands the model structuredContent when there is one: the warning is in it too, unless
+    the tool's output schema forbids other keys (the host would reject the result): then only in content."""
+    async with client(proxy(TOOL_SERVER)) as c:
+        await c.list_tools()
+        results = await loop(c, tool, {}, 11)
+    assert all(r.structured_content == {"jobs": 3} and texts(r) == ['{"jobs": 3}'] for r in results[:10])
+    warned = results[10]
+    assert texts(warned)[0] == '{"jobs": 3}' and texts(warned)[1].startswith("[loopwarden] WARNING:")
+    expected = {"jobs": 3, "loopwarden_warning": texts(warned)[1]} if in_structured else {"jobs": 3}
+    assert warned.structured_content == expected and not warned.is_error
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_server_over_http_behind_either_front(mode, tmp_path):
+    """--url: the wrapped server over streamable HTTP, behind the stdio front and behind the HTTP front."""
+    server_port, proxy_port = free_port(), free_port()
+    server = [*TOOL_SERVER, "--http", str(server_port)]
+    with serving(server, server_port, tmp_path / "server.log") as server_url:
+        async with client(proxy(["--url", server_url]), mode=mode) as c:
+            results = await loop(c, "echo", {"text": "same"}, 21)
+            assert_warned_at_10_blocked_at_20(results, "echo", ["same"])
+        with serving(http_proxy(proxy_port, "--url", server_url), proxy_port, tmp_path / "proxy.log") as url:
+            async with client(url, mode=mode) as first, client(url, mode=mode) as second:
+                a = await loop(first, "echo", {"text": "same"}, 8)
+                b = await loop(second, "echo", {"text": "same"}, 11)
+                assert [len(r.content) for r in a] == [1] * 8
+                assert [len(r.content) for r in b] == [1] * 10 + [2]
+
+
+async def test_over_http_a_new_session_beyond_the_bound_ends_the_least_recently_used(tmp_path):
+    """Hosts that leave without ending their session never lock the next ones out: with --max-sessions 1
+    the second session ends the first (its host gets an error and would start anew)."""
+    port = free_port()
+    with serving(http_proxy(port, "--max-sessions", "1", "--", *TOOL_SERVER), port, tmp_path / "proxy.log") as url:
+        async with client(url, mode="legacy") as first:
+            assert texts(await first.call_tool("echo", {"text": "a"})) == ["a"]
+            async with client(url, mode="legacy") as second:
+                results = await loop(second, "echo", {"text": "same"}, 11)
+                assert [len(r.content) for r in results] == [1] * 10 + [2]
+                with pytest.raises(Exception):  # noqa: B017 - the SDK names a lost session in several ways
+                    await first.call_tool("echo", {"text": "a"})
+
+
+def test_over_http_an_undecided_result_is_the_servers_bytes_and_a_foreign_host_header_is_refused(tmp_path):
+    """Over HTTP a POSTed request's answer is the server's response frame as the body, the bytes it wrote
+    (spaces, escapes, no isError added); a body over --max-frame-bytes is refused. And DNS-rebinding
+    protection: a request naming another Host is refused."""
+    init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "é"}}}
+    opening = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+    direct_lines = raw_exchange(OLD_SERVER, [json.dumps(m).encode() for m in (opening, call)])
+    port = free_port()
+    proxy_argv = http_proxy(port, "--max-frame-bytes", "65536", "--", *OLD_SERVER)
+    with serving(proxy_argv, port, tmp_path / "proxy.log") as url, httpx.Client() as http:
+        _, session = rpc(http, url, opening)
+        headers = {"accept": "application/json, text/event-stream", "mcp-session-id": session}
+        answer = http.post(url, content=json.dumps(call).encode(), headers=headers)
+        assert answer.status_code == 200 and answer.content == direct_lines[-1]
+        assert b'"isError"' not in answer.content and b"\\u00e9" in answer.content
+        big = {**call, "params": {"name": "echo", "arguments": {"text": "x" * 70_000}}}
+        assert http.post(url, json=big, headers=headers).status_code == 413  # over --max-frame-bytes
+        foreign = http.post(url, json=call, headers={"host": "evil.example", "mcp-session-id": session})
+        assert foreign.status_code in (400, 403, 421)

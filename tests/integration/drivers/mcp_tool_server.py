@@ -3,10 +3,14 @@
 Tools: ``echo`` (returns its text), ``poll`` (always "pending"), ``fail`` (a
 tool-execution error), ``boom`` (a protocol error), ``count`` (how many calls
 of the other tools this process ran, so a test sees which calls reached it).
-One resource and one prompt, to see them passed through.
+``jobs`` and ``jobs_closed`` return ``structuredContent`` with its text in ``content`` (an output
+schema open to more keys, and one that forbids them). One resource and one prompt, to see them passed
+through. ``--http PORT`` serves streamable HTTP on 127.0.0.1 instead of stdio.
 """
 
 from __future__ import annotations
+
+import sys
 
 import anyio
 import mcp.types as types
@@ -29,6 +33,18 @@ TOOLS = [
     types.Tool(name="fail", description="Always a tool error.", input_schema={"type": "object"}),
     types.Tool(name="boom", description="Always a protocol error.", input_schema={"type": "object"}),
     types.Tool(name="count", description="Calls this server ran.", input_schema={"type": "object"}),
+    types.Tool(
+        name="jobs",
+        description="Jobs queued (structured).",
+        input_schema={"type": "object"},
+        output_schema={"type": "object", "properties": {"jobs": {"type": "integer"}}},
+    ),
+    types.Tool(
+        name="jobs_closed",
+        description="Jobs queued (structured, no other keys).",
+        input_schema={"type": "object"},
+        output_schema={"type": "object", "properties": {"jobs": {"type": "integer"}}, "additionalProperties": False},
+    ),
 ]
 
 
@@ -49,6 +65,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return types.CallToolResult(content=text(str(args.get("text", ""))))
     if params.name == "poll":
         return types.CallToolResult(content=text("pending"))
+    if params.name in ("jobs", "jobs_closed"):
+        return types.CallToolResult(content=text('{"jobs": 3}'), structured_content={"jobs": 3})
     if params.name == "fail":
         return types.CallToolResult(content=text("disk on fire"), is_error=True)
     raise MCPError(code=-32603, message="boom")
@@ -90,5 +108,14 @@ async def main() -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def main_http(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    if sys.argv[1:2] == ["--http"]:
+        main_http(int(sys.argv[2]))
+    else:
+        anyio.run(main)
