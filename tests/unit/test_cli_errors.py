@@ -44,7 +44,7 @@ ROWS = [
     Row(["hook", "install", "claude-code", "--dir", "{tmp}/TYPO"], "--dir {tmp}/TYPO: no such folder"),
     Row(["hook", "install", "vscode"], "loopwarden hook install: argument host: invalid choice: 'vscode'"),
     Row(["mcp", "--config", "/missing.json5", "--", "true"], "loopwarden mcp: cannot read config /missing.json5"),
-    Row(["mcp", "--config", "{bad}", "--", "true"], "Stray comma; give a readable JSON/JSON5 config with --config FILE"),
+    Row(["mcp", "--config", "{bad}", "--", "true"], "Stray comma; give a readable JSON/JSON5 config with --config"),
     Row(["replay", "/missing.jsonl"], "loopwarden replay: cannot read /missing.jsonl: No such file or directory"),
     Row(["replay", TRACE, "--config", "{bad}"], "loopwarden replay: {bad} line 3: not valid JSON/JSON5"),
     Row(["config", "check", "{bad}"], "loopwarden config check: {bad} line 3: not valid JSON/JSON5: Stray comma"),
