@@ -119,9 +119,11 @@ class PayloadEncoder:
 
 
 def digest_payload(data: bytes) -> Raw:
-    """A payload too large to send: its digest stands in (the same payload gives the same digest, so a
-    loop of large identical calls still repeats)."""
-    return Raw(msgspec.json.encode({"loopwarden_digest": hashlib.sha256(data).hexdigest(), "bytes": len(data)}))
+    """A payload too large to send: its digest stands in, as a string (the same payload gives the same
+    digest, so a loop of large identical calls still repeats; payloads that differ anywhere differ).
+    Not an object: a plain-object result is hashed on its ``details``/``content`` only (RULES.md §4),
+    so every digest object hashed alike and healthy large outputs were blocked."""
+    return Raw(msgspec.json.encode(f"[loopwarden digest sha256={hashlib.sha256(data).hexdigest()} bytes={len(data)}]"))
 
 
 def bounded_payload(raw: Raw, max_bytes: int) -> Raw:

@@ -292,3 +292,29 @@ def test_aiokafka_retry_lines_are_rate_limited_while_a_client_is_open(caplog):
     with caplog.at_level(logging.WARNING, logger="aiokafka"):
         noisy.error("Unable connect to %r", "127.0.0.1:1")
     assert len(caplog.records) == 1  # removed with the last client
+
+
+async def test_large_results_digested_on_the_wire_stay_unequal_when_their_texts_differ():
+    """The MCP proxy and the span bridge send a payload past their bound as its digest
+    (``wire.bounded_payload``). A digest that was a plain object hashed alike whatever the text
+    (an object is hashed on ``details``/``content`` only), so 80 KB outputs differing only in
+    their last line were blocked at the critical threshold: never a healthy block."""
+    client, _ = local_client()
+    run = client.run(agent_id="a", session_id="s-big", run_id="r-big")
+    body = "line\n" * 16_000
+    for n in range(20):
+        d = await run.check("read", {"path": "big.log"})
+        assert d.action not in ("block", "abort"), (n, d.message)
+        await run.tool_result(d, result=wire.bounded_payload(msgspec.Raw(msgspec.json.encode(body + str(n))), 65_536))
+    same = client.run(agent_id="a", session_id="s-same", run_id="r-same")
+    actions = []
+    for _ in range(14):
+        d = await same.check("read", {"path": "big.log"})
+        actions.append(d.action)
+        result = (
+            d.blocked_result()
+            if not d.proceed
+            else wire.bounded_payload(msgspec.Raw(msgspec.json.encode(body)), 65_536)
+        )
+        await same.tool_result(d, result=result)
+    assert "block" in actions  # identical large outputs still count as identical
