@@ -1,0 +1,101 @@
+"""The TypeScript package (streams/runner/integrations/typescript/) with the real frameworks from npm.
+
+Each framework's cases are a ``node --test`` file in ``tests/typescript/``, driven by the framework's own
+scripted or mock model against one live ``loopwarden sidecar`` (OpenClaw's defaults with detection on:
+warning at 10 identical calls, block at 20 with identical outcomes). The frameworks are installed once
+into the host cache (``tests/hosts/install.py``); each case runs in a throwaway project whose
+``node_modules`` holds the cached framework and a copy of the package, as a user's project would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loopwarden.devtools.broker import free_port
+from loopwarden.sidecar.process import SidecarProcess
+from tests.hosts.install import node24, npm_package
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "streams" / "runner" / "integrations" / "typescript"
+CASES = ROOT / "tests" / "typescript"
+ZOD = "zod@4.6.7"
+
+# framework -> (npm specs, the cases file, node: "20" the machine's or "24" from the cache, cases that pass)
+FRAMEWORKS = {
+    "ai": (("ai@7.0.185", ZOD), "ai.test.mjs", "24", 7),
+    "openai-agents": (("@openai/agents@0.20.0", ZOD), "openai_agents.test.mjs", "20", 6),
+    "langchain": (
+        ("langchain@1.5.14", "@langchain/core@1.4.0", "@langchain/langgraph@1.7.3", ZOD),
+        "langchain.test.mjs",
+        "20",
+        6,
+    ),
+    "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 5),
+}
+
+
+def node(version: str) -> str:
+    found = shutil.which("node")
+    if version == "20" and found:
+        return found
+    return str(node24())
+
+
+def project(tmp: Path, specs: tuple[str, ...]) -> Path:
+    """A folder laid out as a user's project: the framework's installed packages linked in from the cache,
+    the package copied in as ``npm install --install-links`` puts it, and the cases beside."""
+    cache = npm_package(*specs) / "node_modules"
+    modules = tmp / "node_modules"
+    modules.mkdir(parents=True)
+    for entry in cache.iterdir():
+        if entry.name != ".bin":
+            (modules / entry.name).symlink_to(entry)
+    shutil.copytree(PACKAGE, modules / "@loopwarden" / "client")
+    for case in CASES.glob("*.mjs"):
+        shutil.copy(case, tmp / case.name)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ts-sidecar")
+    config = tmp / "loopwarden.json"
+    config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
+    sock = tmp / "lw.sock"
+    # no broker: decisions are local; events wait in the bounded outbox
+    args = ["--config", str(config), "--bootstrap", f"127.0.0.1:{free_port()}", "--socket", str(sock)]
+    proc = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
+    try:
+        yield {"LW_URL": proc.url, "LW_SOCKET": str(sock), "LW_DOWN_URL": f"http://127.0.0.1:{free_port()}"}
+    finally:
+        proc.stop()
+
+
+def run_cases(path: Path, node_version: str, env: dict[str, str], timeout: float = 300) -> str:
+    proc = subprocess.run(
+        [node(node_version), "--test", "--test-reporter=tap", "--test-concurrency=1", path.name],
+        cwd=path.parent,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("framework", list(FRAMEWORKS))
+def test_framework_cases_pass(framework, service, tmp_path):
+    specs, cases, node_version, passing = FRAMEWORKS[framework]
+    out = run_cases(project(tmp_path, specs) / cases, node_version, service)
+    assert "# fail 0" in out and f"# pass {passing}" in out, out[-3000:]
+    assert re.search(r"^not ok", out, re.MULTILINE) is None, out[-3000:]
