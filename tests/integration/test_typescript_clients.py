@@ -37,7 +37,7 @@ FRAMEWORKS = {
         ("langchain@1.5.14", "@langchain/core@1.4.0", "@langchain/langgraph@1.7.3", ZOD),
         "langchain.test.mjs",
         "20",
-        6,
+        7,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 5),
 }
