@@ -67,6 +67,18 @@ export function bounded(value, max = MAX_RESULT_CHARS) {
   return text.length <= max ? JSON.parse(text) : digest(text);
 }
 
+/**
+ * A result as the engine should see it. OpenClaw hashes an object result by its `details` and `content`
+ * text only (its tools' shape), so any other object (`{stdout, exitCode}`, `{status: "42%"}`) would hash
+ * alike whatever it holds, and a poll whose output changes would look like a loop: such an object is
+ * sent as its JSON text (keys sorted), which changes when the output does.
+ */
+export function resultValue(value) {
+  if (!value || typeof value !== "object" || Array.isArray(value) || value instanceof Error) return value;
+  if (Array.isArray(value.content) || (value.details && typeof value.details === "object")) return value;
+  return canonical(value) ?? String(value);
+}
+
 function id(value, max = MAX_ID) {
   if (value === undefined || value === null || value === "") return null;
   const text = String(value);
@@ -423,7 +435,7 @@ export class Run {
   }
 
   _bounded(value) {
-    const out = bounded(value);
+    const out = bounded(resultValue(value));
     if (typeof out === "string" && out.startsWith("[loopwarden digest") && out !== value) this.client.stats.digested += 1;
     return out;
   }
