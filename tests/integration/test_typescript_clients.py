@@ -53,12 +53,12 @@ def node(version: str) -> str:
 def project(tmp: Path, specs: tuple[str, ...]) -> Path:
     """A folder laid out as a user's project: the framework's installed packages linked in from the cache,
     the package copied in as ``npm install --install-links`` puts it, and the cases beside."""
-    cache = npm_package(*specs) / "node_modules"
     modules = tmp / "node_modules"
     modules.mkdir(parents=True)
-    for entry in cache.iterdir():
-        if entry.name != ".bin":
-            (modules / entry.name).symlink_to(entry)
+    if specs:
+        for entry in (npm_package(*specs) / "node_modules").iterdir():
+            if entry.name != ".bin":
+                (modules / entry.name).symlink_to(entry)
     shutil.copytree(PACKAGE, modules / "@loopwarden" / "client")
     for case in CASES.glob("*.mjs"):
         shutil.copy(case, tmp / case.name)
@@ -74,9 +74,20 @@ def service(tmp_path_factory):
     # no broker: decisions are local; events wait in the bounded outbox
     args = ["--config", str(config), "--bootstrap", f"127.0.0.1:{free_port()}", "--socket", str(sock)]
     proc = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
+    token = tmp / "token"
+    token.write_text("s3cret-token\n")
+    guarded = SidecarProcess([*args[:4], "--token-file", str(token)], log_path=tmp / "guarded.log")
     try:
-        yield {"LW_URL": proc.url, "LW_SOCKET": str(sock), "LW_DOWN_URL": f"http://127.0.0.1:{free_port()}"}
+        guarded.start()
+        yield {
+            "LW_URL": proc.url,
+            "LW_SOCKET": str(sock),
+            "LW_DOWN_URL": f"http://127.0.0.1:{free_port()}",
+            "LW_TOKEN_URL": guarded.url,
+            "LW_TOKEN": "s3cret-token",
+        }
     finally:
+        guarded.stop()
         proc.stop()
 
 
@@ -91,6 +102,12 @@ def run_cases(path: Path, node_version: str, env: dict[str, str], timeout: float
     )
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]
     return proc.stdout
+
+
+def test_client_cases_pass(service, tmp_path):
+    """The client alone (Node 20, no framework): transports, token, bounds, failing open."""
+    out = run_cases(project(tmp_path, ()) / "client.test.mjs", "20", service)
+    assert "# fail 0" in out and "# pass 8" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))
