@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "streams" / "runner" / "integrations" / "typescript"
 CASES = ROOT / "tests" / "typescript"
 ZOD = "zod@4.6.7"
+TYPESCRIPT = ("typescript@5.9.3", "@types/node@20")
 
 # framework -> (npm specs, the cases file, node: "20" the machine's or "24" from the cache, cases that pass)
 FRAMEWORKS = {
@@ -50,18 +51,19 @@ def node(version: str) -> str:
     return str(node24())
 
 
-def project(tmp: Path, specs: tuple[str, ...]) -> Path:
-    """A folder laid out as a user's project: the framework's installed packages linked in from the cache,
-    the package copied in as ``npm install --install-links`` puts it, and the cases beside."""
+def project(tmp: Path, *installs: tuple[str, ...]) -> Path:
+    """A folder laid out as a user's project: the installed packages linked in from the cache, the package
+    copied in as ``npm install --install-links`` puts it, and the cases beside."""
     modules = tmp / "node_modules"
     modules.mkdir(parents=True)
-    if specs:
+    for specs in installs:
         for entry in (npm_package(*specs) / "node_modules").iterdir():
-            if entry.name != ".bin":
+            if entry.name != ".bin" and not (modules / entry.name).exists():
                 (modules / entry.name).symlink_to(entry)
     shutil.copytree(PACKAGE, modules / "@loopwarden" / "client")
-    for case in CASES.glob("*.mjs"):
+    for case in [*CASES.glob("*.mjs"), *CASES.glob("*.ts")]:
         shutil.copy(case, tmp / case.name)
+    (tmp / "package.json").write_text('{"type": "module", "private": true}\n')
     return tmp
 
 
@@ -106,7 +108,7 @@ def run_cases(path: Path, node_version: str, env: dict[str, str], timeout: float
 
 def test_client_cases_pass(service, tmp_path):
     """The client alone (Node 20, no framework): transports, token, bounds, failing open."""
-    out = run_cases(project(tmp_path, ()) / "client.test.mjs", "20", service)
+    out = run_cases(project(tmp_path) / "client.test.mjs", "20", service)
     assert "# fail 0" in out and "# pass 8" in out, out[-3000:]
 
 
@@ -116,3 +118,15 @@ def test_framework_cases_pass(framework, service, tmp_path):
     out = run_cases(project(tmp_path, specs) / cases, node_version, service)
     assert "# fail 0" in out and f"# pass {passing}" in out, out[-3000:]
     assert re.search(r"^not ok", out, re.MULTILINE) is None, out[-3000:]
+
+
+def test_the_types_compile_with_tsc(tmp_path):
+    """The hand-written ``.d.ts`` files, and a user's code against them, under ``tsc --strict`` (TypeScript 5.9;
+    langchain for the middleware's type)."""
+    langchain = FRAMEWORKS["langchain"][0]
+    root = project(tmp_path, TYPESCRIPT, langchain)
+    tsc = root / "node_modules" / "typescript" / "bin" / "tsc"
+    args = ["--noEmit", "--strict", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022"]
+    args += ["--types", "node", "types.check.ts"]
+    proc = subprocess.run([node("20"), str(tsc), *args], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
