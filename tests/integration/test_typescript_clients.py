@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from loopwarden.devtools.broker import free_port
+from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.install import node24, npm_package
 
@@ -130,3 +131,25 @@ def test_the_types_compile_with_tsc(tmp_path):
     args += ["--types", "node", "types.check.ts"]
     proc = subprocess.run([node("20"), str(tsc), *args], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_sidecar_page_javascript_example_runs_on_node_20(service, tmp_path):
+    """SIDECAR.md's `gate.mjs`, as printed, against the live service and with the service down."""
+    page = (ROOT / "streams" / "sidecar" / "SIDECAR.md").read_text(encoding="utf-8")
+    code = re.search(r"```js\n(// gate\.mjs.*?)```", page, re.S).group(1)
+    (tmp_path / "gate.mjs").write_text(code)
+    with SidecarClient(service["LW_URL"]) as sc:  # the example's call is the 21st identical one of its session
+        for i in range(20):
+            ids = {"session_id": "s-1", "tool_call_id": f"prime-{i}"}
+            sc.check("my-agent", "exec", {"command": "npm test"}, **ids)
+            sc.result("my-agent", **ids, result="1 failing")
+    for url, expected in ((service["LW_URL"], "block false"), (service["LW_DOWN_URL"], "allow true")):
+        proc = subprocess.run(
+            [node("20"), "gate.mjs"],
+            cwd=tmp_path,
+            env={**os.environ, "LOOPWARDEN_SIDECAR_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stdout + proc.stderr
