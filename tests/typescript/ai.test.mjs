@@ -171,6 +171,33 @@ test("parallel calls in one step: each gated and reported", async () => {
   assert.equal(c.stats.resultsSent, 36);
 });
 
+test("ping-pong between two calls with no progress: warned, then blocked; with progress: never blocked", async () => {
+  const c = client();
+  const pingPong = () => scripted((done) => (done < 30 ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : []));
+  const model = pingPong();
+  const { lookup, runs } = lookupTool();
+  const lw = loopwardenRun(c, { sessionId: rid("ai-pp"), stopWhen: isStepCount(40) });
+  await generateText({ model, tools: { lookup }, ...lw, prompt: "poll" });
+  await lw.end();
+  const texts = textsOf(model, 30);
+  const warned = texts.findIndex((t) => t.includes("WARNING: You are alternating between repeated tool-call patterns"));
+  const blocked = texts.findIndex((t) => t.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
+  // warned on the 10th alternating call, refused on the 20th; the refusal is not a call of the run, so the
+  // alternation starts again and the rest run (OpenClaw's rule: a block does not end the run)
+  assert.deepEqual([warned, blocked], [9, 19]);
+  assert.equal(texts.filter((t) => t.startsWith("CRITICAL")).length, 1);
+  assert.equal(runs.length, 29);
+
+  const moving = pingPong();
+  const other = lookupTool((n) => `step ${n}`);
+  const lw2 = loopwardenRun(c, { sessionId: rid("ai-pp2"), stopWhen: isStepCount(40) });
+  await generateText({ model: moving, tools: { lookup: other.lookup }, ...lw2, prompt: "poll" });
+  await lw2.end();
+  assert.equal(other.runs.length, 30);
+  assert.ok(textsOf(moving, 30).every((t) => !t.includes("CRITICAL")));
+  c.close();
+});
+
 test("the service down: every call goes ahead, counted", async () => {
   const c = client({ down: true });
   const model = repeat(REPEATS, { q: "x" });
