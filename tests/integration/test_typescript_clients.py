@@ -153,3 +153,45 @@ def test_the_sidecar_page_javascript_example_runs_on_node_20(service, tmp_path):
             timeout=60,
         )
         assert proc.returncode == 0 and proc.stdout.strip() == expected, proc.stdout + proc.stderr
+
+
+def service_counts(url: str) -> dict[str, int]:
+    with SidecarClient(url) as sc:
+        return sc.get("/v1/stats")["client"]
+
+
+# TYPESCRIPT.md's heading -> (its example's framework: None for the client alone, prelude, checks, warned, blocked)
+EXAMPLES = {
+    "The client": (None, "client", 1, 0, 0),
+    "Vercel AI SDK": ("ai", "ai", 25, 1, 5),
+    "Claude Agent SDK": ("claude-agent-sdk", "claude-agent-sdk", 25, 1, 5),
+    "LangChain.js v1 / LangGraph.js": ("langchain", "langchain", 25, 1, 5),
+    "OpenAI Agents JS": ("openai-agents", "openai-agents", 25, 1, 5),
+}
+
+
+@pytest.mark.parametrize("heading", list(EXAMPLES))
+def test_typescript_page_examples_run_as_printed(heading, service, tmp_path):
+    """Each example of TYPESCRIPT.md, as printed, after a prelude giving what it leaves to the reader (a
+    scripted model making the same call 25 times, tools whose output never changes)."""
+    framework, prelude, checks, warned, blocked = EXAMPLES[heading]
+    page = (PACKAGE / "TYPESCRIPT.md").read_text(encoding="utf-8")
+    section = page.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```ts\n(.*?)```", section, re.S).group(1)
+    specs, _cases, node_version, _n = FRAMEWORKS[framework] if framework else ((), "", "20", 0)
+    root = project(tmp_path, *([specs] if specs else []))
+    example = root / "example.mjs"
+    example.write_text((CASES / "examples" / f"{prelude}.prelude.mjs").read_text() + "\n" + code)
+    before = service_counts(service["LW_URL"])
+    proc = subprocess.run(
+        [node(node_version), example.name],
+        cwd=root,
+        env={**os.environ, "LOOPWARDEN_SIDECAR_URL": service["LW_URL"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = service_counts(service["LW_URL"])
+    seen = tuple(after[k] - before[k] for k in ("checks", "warned", "blocked"))
+    assert seen == (checks, warned, blocked), proc.stdout[-2000:]
