@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import http from "node:http";
+import net from "node:net";
 import { after, before, test } from "node:test";
 
 import { LoopClient, bounded, digest, resolveAddress } from "@loopwarden/client";
@@ -160,4 +161,33 @@ test("addresses: a URL, unix:PATH, a socket path, the environment", () => {
   assert.equal(resolveAddress({ socketPath: "/tmp/x.sock" }, {}).socketPath, "/tmp/x.sock");
   assert.equal(resolveAddress({}, {}).url, "http://127.0.0.1:7766");
   assert.throws(() => resolveAddress({ url: "https://x" }, {}), /http:\/\/HOST:PORT or unix:\/PATH/);
+});
+
+test("a kept-alive connection the service dropped under a request is retried once on a new one", async () => {
+  // answers the first request of each connection, then drops the connection under the next one (as a service
+  // closing an idle connection while the client writes on it)
+  let connections = 0;
+  const answer = JSON.stringify({ action: "allow", proceed: true, run_id: "r", tool_call_id: "t" });
+  const server = net.createServer((socket) => {
+    connections += 1;
+    let served = 0;
+    socket.on("data", (chunk) => {
+      if (!chunk.toString().includes("\r\n\r\n")) return;
+      served += 1;
+      if (served > 1) return socket.destroy();
+      socket.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\nconnection: keep-alive\r\n\r\n${answer}`);
+    });
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  server.unref();
+  const c = new LoopClient({ url: `http://127.0.0.1:${server.address().port}`, timeoutMs: 5000, logger: null });
+  try {
+    const run = c.run({ sessionId: "s" });
+    const first = await run.check("lookup", {}, "t1");
+    const second = await run.check("lookup", {}, "t2");
+    assert.deepEqual([first.failedOpen, second.failedOpen, c.stats.failOpen, connections], [false, false, 0, 2]);
+  } finally {
+    c.close();
+    server.close();
+  }
 });

@@ -210,7 +210,8 @@ export class LoopClient {
       sendErrors: 0, // results, acks, run starts and ends that did not reach the service
       digested: 0, // results and params sent as their digest
     };
-    this._agent = new http.Agent({ keepAlive: true, maxSockets: 32, maxFreeSockets: 8, timeout: 60_000 });
+    // idle connections are closed before the service's own 60 s would close them under a request
+    this._agent = new http.Agent({ keepAlive: true, maxSockets: 32, maxFreeSockets: 8, timeout: 30_000 });
     this._lastLogged = new Map();
     this._now = options.now ?? Date.now;
   }
@@ -224,12 +225,25 @@ export class LoopClient {
     this._agent.destroy();
   }
 
-  /** One POST; the answer's JSON, or a thrown `LoopwardenServiceError`. */
-  request(path, body, { signal } = {}) {
-    const { socketPath, host, port, prefix } = this.address;
+  /** One POST; the answer's JSON, or a thrown `LoopwardenServiceError`. Within `timeoutMs` in all: a kept-alive
+   * connection the service closed meanwhile (it drops idle ones after 60 s) is retried once on a new one. */
+  async request(path, body, { signal } = {}) {
     const data = Buffer.from(JSON.stringify(body), "utf8");
+    const deadline = this._now() + this.timeoutMs;
+    try {
+      return await this._post(path, data, this.timeoutMs, signal);
+    } catch (err) {
+      const left = deadline - this._now();
+      if (!err.stale || left <= 0) throw err;
+      return this._post(path, data, left, signal);
+    }
+  }
+
+  _post(path, data, timeoutMs, signal) {
+    const { socketPath, host, port, prefix } = this.address;
     const headers = { "content-type": "application/json", "content-length": data.length };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
+    if (signal?.aborted) return Promise.reject(new ServiceError("timeout", "the caller gave up"));
     return new Promise((resolve, reject) => {
       let settled = false;
       const finish = (fn, value) => {
@@ -270,13 +284,17 @@ export class LoopClient {
       const timer = setTimeout(() => {
         req.destroy();
         finish(reject, new ServiceError("timeout", `no answer within ${this.timeoutMs} ms`));
-      }, this.timeoutMs);
+      }, timeoutMs);
       const onAbort = () => {
         req.destroy();
         finish(reject, new ServiceError("timeout", "the caller gave up"));
       };
       signal?.addEventListener?.("abort", onAbort, { once: true });
-      req.on("error", (err) => finish(reject, new ServiceError("unavailable", err.code || err.message)));
+      req.on("error", (err) => {
+        const failure = new ServiceError("unavailable", err.code || err.message);
+        failure.stale = req.reusedSocket && (err.code === "ECONNRESET" || err.code === "EPIPE");
+        finish(reject, failure);
+      });
       req.end(data);
     });
   }
