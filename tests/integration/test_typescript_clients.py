@@ -34,14 +34,14 @@ TYPESCRIPT = ("typescript@5.9.3", "@types/node@20")
 # framework -> (npm specs, the cases file, node: "20" the machine's or "24" from the cache, cases that pass)
 FRAMEWORKS = {
     "ai": (("ai@7.0.185", ZOD), "ai.test.mjs", "24", 8),
-    "openai-agents": (("@openai/agents@0.20.0", ZOD), "openai_agents.test.mjs", "20", 6),
+    "openai-agents": (("@openai/agents@0.20.0", ZOD), "openai_agents.test.mjs", "20", 7),
     "langchain": (
         ("langchain@1.5.14", "@langchain/core@1.4.0", "@langchain/langgraph@1.7.3", ZOD),
         "langchain.test.mjs",
         "20",
-        7,
+        8,
     ),
-    "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 5),
+    "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
 }
 
 

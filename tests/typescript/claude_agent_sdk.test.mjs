@@ -166,6 +166,19 @@ test("an abort (the post-compaction guard) ends the session: continue false, run
   c.close();
 });
 
+test("ping-pong between two commands with no progress: warned on the 10th, refused on the 20th", async () => {
+  const c = client();
+  behaviour = { script: (n) => ["Bash", { command: n % 2 ? "echo b" : "echo a", description: "poll" }], calls: 30 };
+  await run(loopwardenHooks(c));
+  const texts = bashTexts();
+  const blocked = texts.findIndex((t) => t.includes("CRITICAL: You are alternating between repeated tool-call patterns"));
+  assert.equal(blocked, 19);
+  // the warning is context beside call 10, in every request after it
+  const warned = requests.filter((r) => r.tools?.length).map((r) => JSON.stringify(r).includes("You are alternating between repeated tool-call patterns (10"));
+  assert.equal(warned.indexOf(true), 10);
+  c.close();
+});
+
 test("the service down: every call goes ahead, counted", async () => {
   const c = client({ down: true });
   behaviour = repeat("echo 'status: pending'");

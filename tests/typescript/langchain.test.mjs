@@ -171,6 +171,19 @@ test("parallel calls in one model message: each gated and reported", async () =>
   c.close();
 });
 
+test("ping-pong between two calls with no progress: warned on the 10th, refused on the 20th", async () => {
+  const c = client();
+  const model = new Scripted((done) => (done < 30 ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : []));
+  const { lookup, runs } = lookupTool();
+  const agent = createAgent({ model, tools: [lookup], middleware: [loopwardenMiddleware(c)] });
+  const out = await agent.invoke({ messages: [new HumanMessage("poll")] }, config(rid("lc-pp")));
+  const t = texts(out.messages, 30);
+  const warned = t.findIndex((x) => x.includes("WARNING: You are alternating between repeated tool-call patterns"));
+  const blocked = t.findIndex((x) => x.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
+  assert.deepEqual([warned, blocked, runs.length], [9, 19, 29]); // as in ai.test.mjs
+  c.close();
+});
+
 test("the service down: every call goes ahead, counted", async () => {
   const c = client({ down: true });
   const { lookup, runs } = lookupTool();

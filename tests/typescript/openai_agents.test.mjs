@@ -147,6 +147,18 @@ test("parallel calls in one turn: each gated and reported", async () => {
   c.close();
 });
 
+test("ping-pong between two calls with no progress: warned on the 10th, refused on the 20th", async () => {
+  const c = client();
+  const model = new Scripted((done) => (done < 30 ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : []));
+  const { lookup, runs } = lookupTool();
+  await guardAgent(agentWith(model, [lookup]), c).run(new Runner(), "poll", { sessionId: rid("oa-pp"), maxTurns: 40 });
+  const texts = textsOf(model, 30);
+  const warned = texts.findIndex((t) => t.includes("WARNING: You are alternating between repeated tool-call patterns"));
+  const blocked = texts.findIndex((t) => t.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
+  assert.deepEqual([warned, blocked, runs.length], [9, 19, 29]); // as in ai.test.mjs
+  c.close();
+});
+
 test("the service down: every call goes ahead, counted", async () => {
   const c = client({ down: true });
   const model = repeat(REPEATS, { q: "x" });
