@@ -208,6 +208,7 @@ class Service:
             tool_call_id=decision.call.tool_call_id or "",
             level=verdict.level if verdict is not None else None,
             recovery=decision.recovery,
+            note=decision.note if decision.release and action == "warn" else None,
         )
 
     async def result(self, req: api.ResultRequest) -> api.Ok:

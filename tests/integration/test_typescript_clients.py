@@ -39,7 +39,7 @@ FRAMEWORKS = {
         ("langchain@1.5.14", "@langchain/core@1.4.0", "@langchain/langgraph@1.7.3", ZOD),
         "langchain.test.mjs",
         "20",
-        8,
+        9,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
 }
@@ -77,12 +77,22 @@ def service(tmp_path_factory):
     # no broker: decisions are local; events wait in the bounded outbox
     args = ["--config", str(config), "--bootstrap", f"127.0.0.1:{free_port()}", "--socket", str(sock)]
     proc = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
+    profile_config = tmp / "profile.json"
+    profile_config.write_text(
+        json.dumps({"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}})
+    )
+    profile_sock = tmp / "profile.sock"
+    profile = SidecarProcess(
+        ["--config", str(profile_config), *args[2:4], "--socket", str(profile_sock)], log_path=tmp / "profile.log"
+    )
     token = tmp / "token"
     token.write_text("s3cret-token\n")
     guarded = SidecarProcess([*args[:4], "--token-file", str(token)], log_path=tmp / "guarded.log")
     try:
         guarded.start()
+        profile.start()
         yield {
+            "LW_PROFILE_SOCKET": str(profile_sock),
             "LW_URL": proc.url,
             "LW_SOCKET": str(sock),
             "LW_DOWN_URL": f"http://127.0.0.1:{free_port()}",
@@ -90,6 +100,7 @@ def service(tmp_path_factory):
             "LW_TOKEN": "s3cret-token",
         }
     finally:
+        profile.stop()
         guarded.stop()
         proc.stop()
 

@@ -11,6 +11,7 @@ import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { MemorySaver } from "@langchain/langgraph";
 import { z } from "zod";
 
+import { LoopClient } from "@loopwarden/client";
 import { loopwardenMiddleware } from "@loopwarden/client/langchain";
 import {
   BLOCK_TEXT, GUARD_WINDOW, REPEATS, WARN_TEXT, assertNeverBlocked, assertRepeatOutcome, client, rid, serviceStats,
@@ -162,8 +163,8 @@ test("parallel calls in one model message: each gated and reported", async () =>
   const agent = createAgent({ model, tools: [lookup], middleware: [loopwardenMiddleware(c)] });
   const out = await agent.invoke({ messages: [new HumanMessage("poll")] }, config(rid("lc-par")));
   const t = texts(out.messages, 36);
-  // LangGraph runs a message's calls concurrently: which of step 11's identical pair is checked first
-  // varies, but both are refused (20 identical calls before them), and step 11's fresh call runs
+  // the message's calls are admitted together (afterModel): step 11's identical pair is refused (20 identical
+  // calls before it) and its fresh call runs
   assert.deepEqual(t.flatMap((x, i) => (x.startsWith(BLOCK_TEXT) ? [i] : [])), [30, 31]);
   assert.equal(runs.length, 34);
   assert.equal(t.filter((x) => x.includes(WARN_TEXT)).length, 1);
@@ -192,4 +193,40 @@ test("the service down: every call goes ahead, counted", async () => {
   assert.equal(runs.length, REPEATS);
   assert.equal(out.messages.at(-1).content, "giving up");
   assert.equal(c.stats.failOpen, REPEATS);
+});
+
+// ---- the openclaw-latest profile: the OpenClaw release's bounded recovery with parallel tool calls, as in
+// tests/integration/adapter_cases.py (each model message calls lookup(q="job 42") twice and a fresh lookup)
+const RELEASE_NOTE = "[System note: Tool-loop warning after 10 repeated calls. Change your approach or stop if you are not making progress.]";
+const TRIGGER_TEXT = "CRITICAL: Called lookup with identical outcomes 20 times. Session execution blocked to prevent runaway loops."
+  + "\n\nDo not repeat this exact tool action. Reassess the task. You may answer the user, ask for clarification, "
+  + "or continue with a different tool or different arguments.";
+const SIBLING_TEXT = "This tool was not executed because another call in the batch triggered critical tool-loop recovery. "
+  + "Reassess the task before choosing the next action.";
+const TERMINAL_TEXT = "Critical tool-loop recovery failed because another critical loop was detected. This run is stopping now.";
+const TERMINAL_SIBLING_TEXT = "This tool was not executed because another call in the batch repeated a critical tool loop. "
+  + "This run is stopping now.";
+const parallel = (turn) => [["lookup", { q: "job 42" }, `t${turn}a`], ["lookup", { q: "job 42" }, `t${turn}b`], ["lookup", { q: `note ${turn}` }, `t${turn}c`]];
+
+test("openclaw-latest: a message's calls admitted together; the first critical refuses the batch, the second ends the run", async () => {
+  const c = new LoopClient({ socketPath: process.env.LW_PROFILE_SOCKET, timeoutMs: 10_000 });
+  const mw = loopwardenMiddleware(c);
+  const thread = rid("lc-profile");
+  for (const prompt of ["first", "second"]) { // a new prompt is a new run: the allowance starts again
+    const model = new Scripted((done) => (done / 3 < 14 ? parallel(done / 3 + 1) : []));
+    const { lookup, runs } = lookupTool();
+    const agent = createAgent({ model, tools: [lookup], middleware: [mw], checkpointer: new MemorySaver() });
+    const out = await agent.invoke({ messages: [new HumanMessage(prompt)] }, config(thread));
+    const mine = out.messages.slice(out.messages.findLastIndex((m) => m.getType() === "human"));
+    const t = new Map(mine.filter((m) => ToolMessage.isInstance(m)).map((m) => [m.tool_call_id, m.content]));
+    assert.equal(runs.length, 30, prompt);
+    for (let turn = 1; turn < 11; turn++) {
+      for (const [, , id] of parallel(turn)) assert.equal(t.get(id).includes(RELEASE_NOTE), turn === 6 && id.endsWith("a"), `${prompt} ${id}: ${t.get(id)}`);
+    }
+    assert.deepEqual([t.get("t11a"), t.get("t11b"), t.get("t11c")], [TRIGGER_TEXT, SIBLING_TEXT, SIBLING_TEXT]);
+    assert.ok(t.get("t12a").startsWith("CRITICAL: Called lookup with identical outcomes 20 times.") && t.get("t12a").endsWith(TERMINAL_TEXT));
+    assert.deepEqual([t.get("t12b"), t.get("t12c")], [TERMINAL_SIBLING_TEXT, TERMINAL_SIBLING_TEXT]);
+    assert.ok(!t.has("t13a") && !mine.some((m) => m.content === "giving up")); // the run ended (beforeModel)
+  }
+  c.close();
 });

@@ -144,6 +144,24 @@ async def test_check_batch_is_the_release_batch_admission_under_the_profile(http
     assert r.status == 400  # at least one call
 
 
+async def test_a_warning_under_the_profile_carries_the_release_note(http, monkeypatch):
+    """Under openclaw-latest a warned call's result gets the release's system note (what the Python adapters
+    append), so runners in other languages append the same; outside the profile there is none."""
+    monkeypatch.setitem(globals(), "CONFIG", {"tools": {"loopDetection": {"enabled": True}}})
+    client, _svc, _out = await http()
+    answers = await loop_calls(client, 11)
+    assert answers[10]["action"] == "warn" and answers[10]["note"] is None
+    profile = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
+    monkeypatch.setitem(globals(), "CONFIG", profile)
+    client, _svc, _out = await http()
+    answers = await loop_calls(client, 11)
+    assert [a["note"] for a in answers[:10]] == [None] * 10
+    assert answers[10]["action"] == "warn" and answers[10]["note"] == (
+        "[System note: Tool-loop warning after 10 repeated calls. "
+        "Change your approach or stop if you are not making progress.]"
+    )
+
+
 async def test_results_without_call_ids_pair_by_tool_and_params(http):
     client, svc, out = await http()
     ids = []

@@ -27,6 +27,8 @@ export interface Decision {
   failedOpen: boolean;
   /** Under the openclaw-latest profile's batch admission: "trigger" or "sibling" of a refused batch. */
   recovery: "trigger" | "sibling" | null;
+  /** A warning under the openclaw-latest profile: the release's system note for the call's result. */
+  note: string | null;
   runId: string | null;
   toolCallId: string | null;
   toolName: string;

@@ -98,8 +98,10 @@ export function blockMessage(decision) {
   return shown(decision?.message, BLOCKED_TEXT);
 }
 
-/** What a warned call's result gets appended (the model reads it with the result). */
+/** What a warned call's result gets appended (the model reads it with the result); under the openclaw-latest
+ * profile the release's system note, on a line of its own. */
 export function warningNote(decision) {
+  if (decision?.note) return "\n" + shown(decision.note, "");
   return WARN_PREFIX + shown(decision?.message, "Warning: this looks like a tool-call loop.");
 }
 
@@ -155,6 +157,7 @@ function decisionFrom(answer, call) {
     source: answer.source ?? "local",
     failedOpen: answer.failed_open === true,
     recovery: answer.recovery ?? null,
+    note: typeof answer.note === "string" ? answer.note : null,
     runId: answer.run_id || call.runId || null,
     toolCallId: answer.tool_call_id || call.toolCallId || null,
     toolName: call.toolName,
@@ -174,6 +177,7 @@ function failOpen(call, source, runId) {
     source,
     failedOpen: true,
     recovery: null,
+    note: null,
     runId: runId ?? null,
     toolCallId: call.toolCallId ?? null,
     toolName: call.toolName,

@@ -1,6 +1,8 @@
 // LangChain.js v1 / LangGraph.js: agent middleware for `createAgent` (`langchain`), the framework's own
 // extension point around a tool call and the agent loop:
 //
+// - `afterModel` admits a model message's calls together (`/v1/check_batch`: the openclaw-latest profile's
+//   bounded recovery);
 // - `wrapToolCall` asks the service before the tool runs: a block is the tool's `ToolMessage` (status
 //   "error") with the service's text; a warning is appended to the call's `ToolMessage`; the result or
 //   the error is reported;
@@ -52,10 +54,22 @@ export function loopwardenMiddleware(client, { agentId, gate, name = "loopwarden
 
   const middleware = createMiddleware({
     name,
+    afterModel: async (state, runtime) => {
+      // one model message's calls admitted together before any runs (the openclaw-latest profile's batch
+      // admission; otherwise each is checked in turn, as LangGraph would run them: all before any result)
+      const last = state?.messages?.at(-1);
+      const calls = (last?.tool_calls ?? []).filter((c) => c?.id);
+      if (calls.length < 2) return undefined;
+      const ref = refOf(state, runtime);
+      const decisions = await g.run(ref).checkBatch(calls.map((c) => ({ toolName: c.name, params: c.args ?? {}, toolCallId: c.id })));
+      decisions.forEach((d, i) => g.hold(ref, calls[i].id, d));
+      return undefined;
+    },
     wrapToolCall: async (request, handler) => {
       const ref = refOf(request.state, request.runtime);
       const call = request.toolCall;
-      const decision = await g.decide(ref, call.name, call.args ?? {}, call.id);
+      const admitted = call.id ? g.take(ref, call.id) : undefined;
+      const decision = admitted && admitted.toolName === call.name ? admitted : await g.decide(ref, call.name, call.args ?? {}, call.id);
       if (!decision.proceed) {
         await g.refused(ref, decision);
         return new ToolMessage({ content: blockMessage(decision), tool_call_id: call.id, name: call.name, status: "error" });
