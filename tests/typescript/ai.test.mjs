@@ -69,10 +69,17 @@ test("a loop is warned at call 11 and blocked from call 21; the run goes on", as
   const before = (await serviceStats()).client;
   const model = repeat(REPEATS, { q: "job 42" });
   const { lookup, runs } = lookupTool();
-  const lw = loopwardenRun(c, { sessionId: rid("ai-loop"), stopWhen: isStepCount(40) });
+  const yours = { steps: 0, ends: 0 }; // your own settings, handed to the guard, still run
+  const lw = loopwardenRun(c, {
+    sessionId: rid("ai-loop"),
+    stopWhen: isStepCount(40),
+    prepareStep: async () => void (yours.steps += 1),
+    onToolExecutionEnd: async () => void (yours.ends += 1),
+  });
   const out = await generateText({ model, tools: { lookup }, ...lw, prompt: "poll the job" });
   await lw.end();
   assertRepeatOutcome(textsOf(model, REPEATS), runs.length);
+  assert.deepEqual(yours, { steps: REPEATS + 1, ends: 20 });
   assert.equal(out.text, "giving up"); // a block does not end the run
   const s = c.stats;
   assert.deepEqual([s.checks, s.blocked, s.warned, s.failOpen, s.resultsSent, s.acksSent], [REPEATS, 5, 1, 0, REPEATS, 1]);

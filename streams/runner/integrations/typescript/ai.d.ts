@@ -10,6 +10,10 @@ export interface AIGuardOptions {
   toolApproval?: unknown;
   /** Your own stop conditions: combined with the guard's (stop once the run is aborted). */
   stopWhen?: unknown;
+  /** Yours: called after the guard's, with the messages carrying its warnings. */
+  prepareStep?: (options: any) => any;
+  /** Yours: called after the guard reported the outcome. */
+  onToolExecutionEnd?: (event: any) => unknown;
   gate?: Gate;
 }
 

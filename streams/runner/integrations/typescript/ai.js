@@ -9,7 +9,8 @@
 // - `stopWhen` ends the run once it is aborted (with your own stop conditions).
 //
 // The SDK has no run or session of its own: the guard is one run (`runId` yours, or a new one), and
-// `await lw.end()` ends it (run_end, the abort's ack).
+// `await lw.end()` ends it (run_end, the abort's ack). Your own `toolApproval`, `stopWhen`, `prepareStep` and
+// `onToolExecutionEnd` go to the guard, which calls them (settings given after `...lw` would replace its own).
 
 import { Gate, blockMessage, newRunId, warningNote } from "./index.js";
 
@@ -46,9 +47,10 @@ async function fallbackApproval(approval, event) {
 
 /**
  * `const lw = loopwardenRun(client, { sessionId })`, then `generateText({ model, tools, ...lw, prompt })` and
- * `await lw.end()`. `toolApproval` and `stopWhen` given here are kept (combined with the guard's).
+ * `await lw.end()`. `toolApproval`, `stopWhen`, `prepareStep` and `onToolExecutionEnd` given here are kept
+ * (combined with the guard's).
  */
-export function loopwardenRun(client, { agentId, sessionId, runId, toolApproval, stopWhen, gate } = {}) {
+export function loopwardenRun(client, { agentId, sessionId, runId, toolApproval, stopWhen, prepareStep, onToolExecutionEnd, gate } = {}) {
   const g = gate ?? new Gate(client);
   const ref = { agentId: agentId ?? client.agentId, sessionId: sessionId ?? null, runId: runId ?? newRunId() };
   const warned = new Map(); // call id -> its warn decision, until the model is shown it
@@ -72,28 +74,37 @@ export function loopwardenRun(client, { agentId, sessionId, runId, toolApproval,
       const out = event.toolOutput;
       const outcome = out?.type === "tool-error" ? { error: out.error } : { result: out?.output };
       await g.finished(ref, decision, outcome);
+      if (onToolExecutionEnd) await onToolExecutionEnd(event);
     },
-    async prepareStep({ messages }) {
-      if (!warned.size) return undefined;
-      let changed = false;
-      const delivered = [];
-      const next = messages.map((message) => {
-        if (message.role !== "tool" || !Array.isArray(message.content)) return message;
-        const content = message.content.map((part) => {
-          const decision = part?.type === "tool-result" ? warned.get(part.toolCallId) : undefined;
-          if (!decision) return part;
-          warned.delete(part.toolCallId);
-          delivered.push(decision);
-          changed = true;
-          return { ...part, output: appendNote(part.output, warningNote(decision)) };
-        });
-        return { ...message, content };
-      });
-      for (const decision of delivered) await g._quiet(() => g.run(ref).ack(decision, "applied", "warning appended to the call's result"));
-      return changed ? { messages: next } : undefined;
+    async prepareStep(options) {
+      const ours = await withWarnings(options.messages);
+      if (!prepareStep) return ours;
+      const yours = await prepareStep(ours ? { ...options, messages: ours.messages } : options);
+      return ours && !yours?.messages ? { ...(yours ?? {}), messages: ours.messages } : yours;
     },
     stopWhen: [() => g.aborted(ref) !== null, ...own],
   };
+
+  /** The step's messages with each warned call's result carrying its warning (acked), or undefined. */
+  async function withWarnings(messages) {
+    if (!warned.size) return undefined;
+    let changed = false;
+    const delivered = [];
+    const next = messages.map((message) => {
+      if (message.role !== "tool" || !Array.isArray(message.content)) return message;
+      const content = message.content.map((part) => {
+        const decision = part?.type === "tool-result" ? warned.get(part.toolCallId) : undefined;
+        if (!decision) return part;
+        warned.delete(part.toolCallId);
+        delivered.push(decision);
+        changed = true;
+        return { ...part, output: appendNote(part.output, warningNote(decision)) };
+      });
+      return { ...message, content };
+    });
+    for (const decision of delivered) await g._quiet(() => g.run(ref).ack(decision, "applied", "warning appended to the call's result"));
+    return changed ? { messages: next } : undefined;
+  }
   // the run's handles, not settings: kept out of `...lw`
   Object.defineProperties(settings, {
     ref: { value: ref },
