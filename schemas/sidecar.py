@@ -43,8 +43,9 @@ class CheckRequest(_RunRequest, kw_only=True):
     tool_call_id: _Id | None = None
 
 
-class CheckResponse(msgspec.Struct, kw_only=True):
-    """The answer of a check. ``message`` is the text for the model, built from the verdict's fields."""
+class CheckResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The answer of a check. ``message`` is the text for the model, built from the verdict's fields.
+    ``recovery`` is left out when there is none."""
 
     action: Action
     proceed: bool  # run the tool? (allow and warn)
@@ -56,7 +57,7 @@ class CheckResponse(msgspec.Struct, kw_only=True):
     failed_open: bool
     run_id: str
     tool_call_id: str
-    level: str | None = None  # warning / critical
+    level: str | None  # warning / critical
     recovery: str | None = None  # under the profile's batch admission: "trigger" or "sibling" of a refused batch
     note: str | None = None  # a warning under the openclaw-latest profile: the release's system note for the result
 
@@ -147,6 +148,12 @@ class Ok(msgspec.Struct, kw_only=True):
     abort: Warning | None = None  # /v1/result: the run is aborted (hosts that can end a session after a call)
 
 
+class Done(msgspec.Struct, kw_only=True):
+    """``/v1/ack``, ``/v1/compaction``, ``/v1/run_end``: done, nothing else to say."""
+
+    ok: bool = True
+
+
 class Error(msgspec.Struct, kw_only=True):
     """400, 401, 403, 404, 405, 413: what was wrong, never the body's own text."""
 
@@ -163,6 +170,9 @@ class Tables(msgspec.Struct, kw_only=True):
     max_runs: int
     max_pending: int
     max_body: int
+    live_runs: int = 0  # runs with a warning, block or abort: the last to be evicted
+    pending_bytes: int = 0
+    max_pending_bytes: int = 0
 
 
 class Health(msgspec.Struct, kw_only=True):
@@ -187,11 +197,15 @@ class ServiceStats(msgspec.Struct, kw_only=True):
     not_found: int = 0
     too_large: int = 0  # 413 (body) and 431 (request head)
     internal_errors: int = 0  # 500: a bug; the caller fails open
-    connections_refused: int = 0  # 503: over the connection bound
-    timeouts: int = 0  # connections closed idle, or slow to send a request (408)
+    connections_refused: int = 0  # 503: over a connection bound with every slot answering a request
+    connections_evicted: int = 0  # closed to free a slot for a newcomer (idle, or not yet authenticated)
+    peers_refused: int = 0  # 403 at connect: a Unix socket peer of another uid
+    timeouts: int = 0  # connections closed idle, slow to send a request, or not authenticated in time (408)
     sessions_evicted: int = 0
     runs_evicted: int = 0
     pending_evicted: int = 0
+    live_runs_evicted: int = 0  # runs with a warning, block or abort evicted (a flood past the live share)
+    runs_kept: int = 0  # runs ended with a warning, block or abort: kept, their ids resumed still blocked
     results_unpaired: int = 0
     worker_warnings: int = 0  # worker warnings (cross-run, corrections) answered on a check
 
@@ -213,15 +227,15 @@ REQUESTS = (
     RunStartRequest,
     RunEndRequest,
 )
-RESPONSES = (CheckResponse, CheckBatchResponse, RunStartResponse, Ok, Error, Health, Stats)
+RESPONSES = (CheckResponse, CheckBatchResponse, RunStartResponse, Ok, Done, Error, Health, Stats)
 ENDPOINTS = {
     "POST /v1/check": ("CheckRequest", "CheckResponse"),
     "POST /v1/check_batch": ("CheckBatchRequest", "CheckBatchResponse"),
     "POST /v1/result": ("ResultRequest", "Ok"),
-    "POST /v1/ack": ("AckRequest", "Ok"),
-    "POST /v1/compaction": ("CompactionRequest", "Ok"),
+    "POST /v1/ack": ("AckRequest", "Done"),
+    "POST /v1/compaction": ("CompactionRequest", "Done"),
     "POST /v1/run_start": ("RunStartRequest", "RunStartResponse"),
-    "POST /v1/run_end": ("RunEndRequest", "Ok"),
+    "POST /v1/run_end": ("RunEndRequest", "Done"),
     "GET /v1/health": (None, "Health"),
     "GET /v1/stats": (None, "Stats"),
 }

@@ -10,3 +10,9 @@ def extra_hint(extra: str) -> str:
     return (
         f"in the clone: .venv/bin/pip install -e '.[{extra}]' (elsewhere: pip install '/path/to/loopwarden[{extra}]')"
     )
+
+
+class UsageError(Exception):
+    """Input a command cannot work with (a missing file, a busy port, a bad flag value): ``loopwarden``
+    prints ``loopwarden COMMAND: <message>`` as one line and exits 2, never a traceback. The message
+    names the problem and, where one helps, the flag to change."""

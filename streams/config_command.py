@@ -2,7 +2,8 @@
 
 The explanation itself is :mod:`loopwarden.schemas.config_check` (pure); this is the
 command around it. Exit 1 when the file cannot be used (unreadable, not
-JSON/JSON5, not an object) or, with ``--strict``, when there are warnings.
+JSON/JSON5, not an object: one line on stderr, exit 2; with ``--json`` the report, exit 2) or,
+with ``--strict``, exit 1 when there are warnings.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Validate a config (JSON or JSON5) and print, for the global block and each agent in "
         "agents.list, the effective loop-detection settings after overlay, defaults and clamping, "
         "with a note on each value that was replaced and a warning for each unknown key. "
-        "Exit 1 on errors (0 otherwise).",
+        "Exit 2 when the file cannot be used, 1 on warnings with --strict, 0 otherwise.",
     )
     check.add_argument("file", metavar="FILE", help="the config file; - reads standard input")
     check.add_argument("--json", action="store_true", help="print the report as one JSON object (for CI)")
@@ -49,6 +50,8 @@ def main(args: argparse.Namespace) -> int:
         out = msgspec.to_builtins(report)
         out["ok"] = report.ok
         sys.stdout.write(msgspec.json.encode(out).decode() + "\n")
+    elif report.errors:  # the file cannot be used: nothing to report but why
+        print(f"loopwarden config check: {'; '.join(report.errors)}", file=sys.stderr)
     else:
         print(format_report(report))
-    return 1 if report.errors or (args.strict and report.warnings) else 0
+    return 2 if report.errors else 1 if args.strict and report.warnings else 0

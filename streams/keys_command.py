@@ -97,11 +97,12 @@ def sign_main(args: argparse.Namespace) -> int:
     try:
         signer = signer_from(os.environ.get("LOOPWARDEN_SIGNING_KEY"), args.key_file, [args.topic])
     except (KeyMaterialError, OSError) as exc:
-        print(f"cannot read the private key: {exc}", file=sys.stderr)
-        return 1
+        detail = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"loopwarden keys sign: cannot read the private key (--key-file): {detail}", file=sys.stderr)
+        return 2
     if signer is None:
-        print("no private key: set LOOPWARDEN_SIGNING_KEY or --key-file", file=sys.stderr)
-        return 1
+        print("loopwarden keys sign: no private key: set LOOPWARDEN_SIGNING_KEY or --key-file", file=sys.stderr)
+        return 2
     if args.tombstone:
         value = None
     elif args.file == "-":

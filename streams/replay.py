@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from loopwarden import UsageError
 from loopwarden.detection import RunState, enforcement
 from loopwarden.detection.decision import decide_event
 from loopwarden.schemas.config import FleetConfig
@@ -159,17 +160,17 @@ def load_checked_config(path: str | None, prog: str) -> FleetConfig | None:
 
 
 def run(args) -> int:
-    config = load_checked_config(args.config, "loopwarden replay")
-    if config is None:
-        return 2
     if args.events == "-":
         source = sys.stdin.buffer
     else:
-        try:
+        try:  # before the config's notices: a missing trace is the one line to see
             source = open(args.events, "rb")
         except OSError as exc:
-            print(f"loopwarden replay: cannot read {args.events}: {exc.strerror}", file=sys.stderr)
-            return 2
+            raise UsageError(f"cannot read {args.events}: {exc.strerror}") from None
+    config = load_checked_config(args.config, "loopwarden replay")
+    if config is None:
+        source.close()
+        return 2
     show = getattr(args, "enforcement", False)
     encode = json_bytes  # tool names and ids are taken as sent, lone surrogates included
     out = sys.stdout.buffer

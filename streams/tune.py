@@ -26,7 +26,7 @@ from typing import NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from loopwarden import extra_hint
+from loopwarden import UsageError, extra_hint
 from loopwarden.detection.decision import EventDecision, decide_event
 from loopwarden.detection.payloads import HASHER
 from loopwarden.detection.tools import normalize_tool_name
@@ -611,6 +611,9 @@ def _run(args) -> int:
     if not traces:
         print("loopwarden tune: no TRACE given (JSONL event files or directories)", file=sys.stderr)
         return 2
+    for trace in traces:  # before the config's notices: a missing trace is the one line to see
+        if not Path(trace).exists():
+            raise UsageError(f"cannot read {trace}: no such file or directory")
     fleet = load_checked(args.config, lambda text: print(f"loopwarden tune: {text}", file=sys.stderr))
     if fleet is None:
         return 2

@@ -46,6 +46,7 @@ LEGEND = (
     "allow    a gated call may go on · a row's tool, agent: its latest verdict's",
     "incident runs of 2+ agents getting one outcome from one tool; since: opened",
 )
+RUN_DETECTORS = {"cross_run_repeat"}  # verdicts on a whole run's work: no one tool to show
 KINDS_ORDER = {"warn": 0, "block": 1, "abort": 2, "allow": 3}
 
 
@@ -109,13 +110,18 @@ def config_notes(doc: Any) -> list[str]:
         if not diff:
             continue
         why = []
-        if mine.enabled and mine.critical_threshold != base.critical_threshold:
+        if mine.enabled and mine.warning_threshold < 10 and mine.critical_threshold < 10:
+            # warnings go out at counts 10, 20, 30 only (RULES.md §8): a block below 10 comes unwarned
+            diff = [d for d in diff if not d.startswith(("warning ", "critical "))]
+            why.append(f"blocked at {mine.critical_threshold} repeats, unwarned: warnings go at 10, 20, 30")
+        elif mine.enabled and mine.critical_threshold != base.critical_threshold:
             why.append(f"blocks at {mine.critical_threshold}")
-        if mine.enabled and mine.warning_threshold < 10:
-            why.append("no warning below 10")
+        if mine.enabled and 10 <= mine.critical_threshold and mine.warning_threshold < 10:
+            why.append("its first warning at 10: warnings go at 10, 20, 30")
         if mine.enabled and not mine.known_poll_no_progress:
             why.append(f"stuck polls: global breaker at {mine.global_circuit_breaker_threshold}")
-        out.append(f"{agent}: {', '.join(diff)}" + (f" ({', '.join(why)})" if why else ""))
+        shown = ", ".join(diff) + (f" ({', '.join(why)})" if why and diff else ", ".join(why))
+        out.append(f"{agent}: {shown}")
     return out
 
 
@@ -219,7 +225,7 @@ class View:
             f"verdicts {self.verdicts}: {self._actions()}\n"
             f"event→verdict p50 {p50} ms, p99 {p99} ms  dead letters {m.get('loopwarden_dead_letters_total', 0):.0f}"
             f"  worker ready {'yes' if m.get('loopwarden_ready') else 'no'}\n"
-            f"tokens burnt in loops {m.get('loopwarden_loop_tokens_total', 0):.0f}"
+            f"tokens spent on looping calls {m.get('loopwarden_loop_tokens_total', 0):.0f} (the usage runners report)"
         )
         panel = Panel(
             head,
@@ -241,7 +247,7 @@ class View:
             (
                 detector,
                 *(str(counts[a]) if a in counts else "" for a in ("warn", "block", "abort")),
-                v.get("tool_name") or "",
+                v.get("tool_name") or ("(whole run)" if v.get("detector") in RUN_DETECTORS else ""),
                 v.get("agent_id") or "",
             )
             for detector, counts, v in rows

@@ -121,9 +121,11 @@ async def publish(
     """Send events at ``rate``/s (0 = as fast as possible) for ``duration`` s or ``count`` events."""
     from aiokafka import AIOKafkaProducer
 
+    from loopwarden.kafka.connection import start_client
+
     stats = stats or SimStats()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, max_batch_size=256 * 1024)
-    await producer.start()
+    await start_client(producer)
     try:
         start = time.monotonic()
         tick = 0.01

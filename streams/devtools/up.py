@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shutil
 import sys
@@ -54,12 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def banner(bootstrap: str, port: int, log_path: Path | None, data_dir: Path | None, config: str | None = None) -> str:
     """What ``up`` prints once the worker is ready: where things are and the line for a runner (with the
     worker's config, so the runner decides per-run rules in-process, as the README recommends)."""
-    config_arg = f", config={str(Path(config).resolve())!r}" if config else ""
+    # one quote style, as Python (and JSON) writes a string: a line to paste as it is
+    config_arg = f", config={json.dumps(str(Path(config).resolve()))}" if config else ""
     lines = [
         f"loopwarden up: broker {bootstrap}, worker http://{HOST}:{port}/metrics (/healthz, /readyz)",
         "",
         "In your runner:",
-        f'    LoopClient(bootstrap="{bootstrap}"{config_arg})',
+        f"    LoopClient(bootstrap={json.dumps(bootstrap)}{config_arg})",
         "or in its environment:",
         f"    export LOOPWARDEN_RUNNER_BOOTSTRAP={bootstrap}",
         *([f"    export LOOPWARDEN_RUNNER_CONFIG={Path(config).resolve()}"] if config else []),

@@ -24,10 +24,12 @@ MAX_INPUT = 4 << 20  # bytes of hook JSON read at most
 USAGE = """usage: loopwarden hook {claude-code,codex,gemini,cursor} [--agent-id ID] [--url URL]
                        [--token-file FILE] [--timeout S]
        loopwarden hook install {claude-code,codex,gemini,cursor} [--print] [--dir DIR] [--http] [...]
+       loopwarden hook uninstall {claude-code,codex,gemini,cursor} [--dir DIR] [--user]
 
 Answers one hook of a coding agent from the local decision service (`loopwarden sidecar`).
 Environment: LOOPWARDEN_AGENT_ID (default: the host's name), LOOPWARDEN_SIDECAR_URL
-(default http://127.0.0.1:7766, or unix:/path), LOOPWARDEN_SIDECAR_TOKEN_FILE,
+(default: the service's own socket, unix:~/.loopwarden/run/sidecar.sock; or
+http://HOST:PORT), LOOPWARDEN_SIDECAR_TOKEN_FILE,
 LOOPWARDEN_HOOK_TIMEOUT (seconds per request, default 1)."""
 
 
@@ -70,7 +72,10 @@ def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
     except ValueError as exc:
         return "", f"loopwarden hook: {exc}; allowing\n"
     try:
-        data = json.loads(stdin[:MAX_INPUT]) if len(stdin) <= MAX_INPUT else None
+        try:
+            data = json.loads(stdin) if len(stdin) <= MAX_INPUT else None
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past what the parser takes
+            data = None
         if not isinstance(data, dict):
             return "", "loopwarden hook: the hook input is not a JSON object (or too large); allowing\n"
         service = Service(opts.url, read_token(opts.token_file), opts.timeout)
@@ -96,6 +101,10 @@ def main(argv: list[str]) -> int:
         from loopwarden.hooks.install import main as install_main
 
         return install_main(argv[1:])
+    if argv[:1] == ["uninstall"]:
+        from loopwarden.hooks.install import main as install_main
+
+        return install_main(argv[1:], remove=True)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
@@ -110,5 +119,7 @@ def main(argv: list[str]) -> int:
 def register(sub) -> None:  # noqa: ANN001 - argparse's sub-parsers (the cli imports this only for --help)
     """``loopwarden hook ...`` in the command table; ``loopwarden.cli`` runs it without argparse."""
     p = sub.add_parser("hook", help="answer a coding agent's tool hook from the local decision service (HOOKS.md)")
-    p.add_argument("args", nargs="*", help="HOST [--agent-id ID] [--url URL] ..., or install HOST [--print]")
+    p.add_argument(
+        "args", nargs="*", help="HOST [--agent-id ID] [--url URL] ..., or install HOST [--print], or uninstall HOST"
+    )
     p.set_defaults(func=lambda args: main(list(args.args)))

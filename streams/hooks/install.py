@@ -1,17 +1,22 @@
 """``loopwarden hook install HOST [--print]``: the host's hook settings, merged into its file or printed.
 
-Merging keeps everything else in the file (other hooks, other settings) and replaces only
-loopwarden's own entries, so running it twice changes nothing. A file that is not a JSON
-object is left alone (the command fails and says so) rather than rewritten.
+Merging keeps everything else in the file (other hooks, other settings, numbers as written) and
+replaces only the hooks loopwarden wrote, so running it twice changes nothing; ``hook uninstall``
+takes them out again. The file keeps its mode and owner, a symlink is written through to its
+target, and a file that cannot be rewritten faithfully (not a JSON object, comments, a duplicate
+key, read-only) is left alone: the command says why in one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +49,6 @@ def settings_file(host: str, directory: Path, user: bool) -> Path:
 
 
 LAUNCHER = Path(__file__).resolve().with_name("run.py")
-# what marks a hook entry as ours (earlier installs: the module, the CLI, a launcher in a clone or an install)
-OUR_MARKS = (
-    "loopwarden.hooks",
-    "loopwarden hook ",
-    "/loopwarden/hooks/run.py",
-    "/streams/hooks/run.py",
-    str(LAUNCHER),
-    "/v1/hooks/claude-code",
-)
 
 
 def hook_command(host: str, args: argparse.Namespace) -> str:
@@ -68,12 +64,20 @@ def hook_command(host: str, args: argparse.Namespace) -> str:
     return shlex.join(argv)
 
 
+TOKEN_ENV = "LOOPWARDEN_SIDECAR_TOKEN"  # what an http hook's Authorization header is filled from
+
+
 def _handler(host: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.http:
         url = service_url(args.url).rstrip("/")
         handler: dict[str, Any] = {"type": "http", "url": f"{url}/v1/hooks/claude-code", "timeout": HOOK_TIMEOUT}
-        if args.agent_id:
-            handler["headers"] = {"X-Loopwarden-Agent-Id": args.agent_id}
+        headers = {"X-Loopwarden-Agent-Id": args.agent_id} if args.agent_id else {}
+        if args.token_file:  # Claude Code fills $VAR in a header from its environment, never a file:
+            # the token stays out of the settings file (often committed); HOOKS.md has the export line
+            headers["Authorization"] = f"Bearer ${TOKEN_ENV}"
+            handler["allowedEnvVars"] = [TOKEN_ENV]
+        if headers:
+            handler["headers"] = headers
         return handler
     handler = {"type": "command", "command": hook_command(host, args)}
     if host == "claude-code":
@@ -98,52 +102,251 @@ def snippet(host: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"version": 1, "hooks": hooks} if host == "cursor" else {"hooks": hooks}
 
 
-def _ours(entry: Any) -> bool:
-    """A hook entry (or group) that loopwarden installed."""
-    text = json.dumps(entry)
-    return any(mark in text for mark in OUR_MARKS)
+class Number:
+    """A JSON number (or a non-JSON ``NaN``/``Infinity`` a host accepted) as the user wrote it.
+
+    ``json`` would turn ``1e400`` into ``Infinity`` (not JSON) and ``1.0e3`` into ``1000.0``; a
+    settings file keeps its numbers byte for byte."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Number) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
 
-def merge(current: dict[str, Any], block: dict[str, Any]) -> dict[str, Any]:
-    """``current`` with loopwarden's entries replaced by ``block``'s; everything else kept, in order."""
+MAX_SETTINGS = 16 << 20  # bytes of a settings file read at most (a host's settings are kilobytes)
+MAX_DEPTH = 100  # nesting rewritten at most (a host's settings nest a few levels); deeper is refused
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:  # json keeps the last; which one the host reads is its own affair
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        obj[key] = value
+    return obj
+
+
+def loads(text: str) -> Any:
+    """The settings file's JSON, numbers kept as written (:class:`Number`); ValueError if unusable."""
+    try:
+        doc = json.loads(text, parse_float=Number, parse_int=Number, parse_constant=Number, object_pairs_hook=_object)
+    except RecursionError:
+        doc = None
+    else:
+        stack = [(doc, 1)]  # the depth, without recursion: merging and writing recurse
+        while stack:
+            value, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                break
+            if isinstance(value, (dict, list)):
+                stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+        else:
+            return doc
+    raise ValueError(f"nested deeper than {MAX_DEPTH} levels: not rewritten")
+
+
+def _string(text: str) -> str:
+    out = json.dumps(text, ensure_ascii=False)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (written as \\udXXX in the file): keep it escaped
+        out = json.dumps(text)
+    return out
+
+
+def dumps(value: Any, indent: str = "") -> str:
+    """``json.dumps(value, indent=2)``, with :class:`Number` written as its source text."""
+    if isinstance(value, Number):
+        return value.text
+    if isinstance(value, str):
+        return _string(value)
+    inner = indent + "  "
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = (f"{inner}{_string(k)}: {dumps(v, inner)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join(f"{inner}{dumps(v, inner)}" for v in value) + f"\n{indent}]"
+    return json.dumps(value)  # what the block adds: bool, None, int
+
+
+def _launcher(head: list[str]) -> bool:
+    """The words before HOST in a command loopwarden wrote: a hooks launcher, ``-m loopwarden.hooks``
+    or ``loopwarden hook`` (earlier installs, or by hand from HOOKS.md)."""
+    if not head:
+        return False
+    last = head[-1]
+    if last == str(LAUNCHER) or last.endswith(("/loopwarden/hooks/run.py", "/streams/hooks/run.py")):
+        return True
+    if head[-2:] == ["-m", "loopwarden.hooks"]:
+        return True
+    return len(head) >= 2 and last == "hook" and os.path.basename(head[-2]) == "loopwarden"
+
+
+def _hook_flags(tail: list[str]) -> bool:
+    """``[--agent-id ID] [--url URL] [--token-file F] [--timeout S]`` and nothing else."""
+    i = 0
+    while i < len(tail):
+        flag, eq, _ = tail[i].partition("=")
+        if flag not in ("--agent-id", "--url", "--token-file", "--timeout"):
+            return False
+        i += 1 if eq else 2
+    return i == len(tail)
+
+
+def our_command(command: str, heads: frozenset[tuple[str, ...]] = frozenset()) -> bool:
+    """A hook command that runs loopwarden's hook: LAUNCHER HOST [FLAGS], and nothing more (``heads``:
+    more launchers, the ``--command`` being installed)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return False
+    return any(
+        word in HOSTS and (_launcher(argv[:i]) or tuple(argv[:i]) in heads) and _hook_flags(argv[i + 1 :])
+        for i, word in enumerate(argv)
+    )
+
+
+def _ours(entry: Any, heads: frozenset[tuple[str, ...]]) -> bool:
+    """A hook handler that loopwarden installed: its command (or ``--command``'s) or its http hook.
+    A user's own hook that merely mentions loopwarden is not one."""
+    if not isinstance(entry, dict):
+        return False
+    command, url = entry.get("command"), entry.get("url")
+    if isinstance(command, str) and our_command(command, heads):
+        return True
+    return entry.get("type") == "http" and isinstance(url, str) and url.rstrip("/").endswith("/v1/hooks/claude-code")
+
+
+def _heads(block: dict[str, Any]) -> frozenset[tuple[str, ...]]:
+    """The launchers ``block`` installs: the words before HOST in its commands (``--command``'s too)."""
+    found = set()
+    for groups in block["hooks"].values():
+        for group in groups:
+            for handler in group.get("hooks", [group]):
+                argv = shlex.split(handler.get("command", ""))
+                found.update(tuple(argv[:i]) for i, word in enumerate(argv) if word in HOSTS)
+    return frozenset(found)
+
+
+def merge(current: dict[str, Any], block: dict[str, Any], *, remove: bool = False) -> dict[str, Any]:
+    """``current`` with loopwarden's entries replaced by ``block``'s (with ``remove``: dropped); everything
+    else kept, in order. ValueError where the file's ``hooks`` has a shape the host would not read."""
     merged = dict(current)
-    hooks = dict(merged.get("hooks") or {})
-    for event, groups in block["hooks"].items():
+    hooks = merged.get("hooks")
+    if hooks is None:
+        hooks = {}
+    if not isinstance(hooks, dict):
+        raise ValueError('its "hooks" is not a JSON object')
+    hooks = dict(hooks)
+    heads = _heads(block)
+    ours = {} if remove else block["hooks"]
+    for event in [*hooks, *(e for e in ours if e not in hooks)]:  # every event: earlier installs' too
+        before = hooks.get(event, [])
+        if not isinstance(before, list):
+            if event in ours:
+                raise ValueError(f'its "hooks".{event} is not a JSON list')
+            continue  # not one loopwarden writes: the user's affair
         kept = []
-        for group in hooks.get(event) or []:
+        for group in before:
             if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                inner = [h for h in group["hooks"] if not _ours(h)]
-                if inner:
+                inner = [h for h in group["hooks"] if not _ours(h, heads)]
+                if inner or not group["hooks"]:
                     kept.append(group | {"hooks": inner})
-            elif not _ours(group):
+            elif not _ours(group, heads):
                 kept.append(group)
-        hooks[event] = kept + groups
+        if event in ours:
+            hooks[event] = kept + ours[event]
+        elif kept or not before:  # the user's, even empty
+            hooks[event] = kept
+        else:  # an event only loopwarden used goes with its hooks
+            del hooks[event]
+    if remove and not hooks and "hooks" not in current:
+        return merged
     merged["hooks"] = hooks
-    for key, value in block.items():
-        if key != "hooks":
-            merged.setdefault(key, value)
+    if not remove:
+        for key, value in block.items():
+            if key != "hooks":
+                merged.setdefault(key, value)
     return merged
 
 
-def install(host: str, path: Path, block: dict[str, Any]) -> dict[str, Any]:
-    """Merge ``block`` into the JSON object at ``path`` (created if absent); atomic replace."""
-    current: dict[str, Any] = {}
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        if text.strip():
-            current = json.loads(text)  # ValueError: not JSON (comments too): refuse, never clobber
-            if not isinstance(current, dict):
-                raise ValueError(f"{path} is not a JSON object")
-    merged = merge(current, block)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".loopwarden-tmp")
-    tmp.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return merged
+def _write(target: Path, text: str) -> None:
+    """Replace ``target`` by ``text`` atomically, keeping its mode (and owner, where allowed)."""
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        st = None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".loopwarden-tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            if st is not None:  # a 0600 file (settings hold env secrets) stays 0600
+                os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))
+                with contextlib.suppress(OSError):
+                    os.fchown(out.fileno(), st.st_uid, st.st_gid)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(out.fileno(), 0o666 & ~umask)  # what the host's own write would make
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = False) -> bool:
+    """Merge ``block`` into the JSON object at ``path`` (created if absent; with ``remove``, take
+    loopwarden's entries out); whether the file changed. A symlink is written through to its target.
+
+    ValueError or OSError, the file untouched: not JSON (comments too), not an object, a shape the
+    host would not read, a file that is read-only or not a regular file."""
+    target = Path(os.path.realpath(path))  # a dotfile linked from elsewhere is updated where it lives
+    old = None
+    if os.path.lexists(target):
+        st = target.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if not st.st_mode & stat.S_IWUSR:
+            raise ValueError(f"read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable (chmod u+w) first")
+        if st.st_size > MAX_SETTINGS:
+            raise ValueError(f"larger than {MAX_SETTINGS >> 20} MiB")
+        old = target.read_text(encoding="utf-8")
+    elif remove:
+        return False
+    current: Any = loads(old) if old is not None and old.strip() else {}
+    if not isinstance(current, dict):
+        raise ValueError("not a JSON object")
+    merged = merge(current, block, remove=remove)
+    if old is not None and merged == current:  # nothing to do: the file stays as the user wrote it
+        return False
+    text = dumps(merged) + "\n"
+    if old is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    _write(target, text)
+    return True
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: ANN201 - NoReturn: a usage error is one line, as in every command
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="loopwarden hook install",
         description="Write (merged into the existing file) or print a coding agent's hook settings for loopwarden.",
     )
@@ -152,7 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, default=Path.cwd(), help="the project folder (default: the current one)")
     p.add_argument("--user", action="store_true", help="the user's settings file instead of the project's")
     p.add_argument("--agent-id", help="the agent id the service sees (default: the host's name)")
-    p.add_argument("--url", help="the decision service (default: $LOOPWARDEN_SIDECAR_URL or http://127.0.0.1:7766)")
+    p.add_argument(
+        "--url",
+        help="the decision service, unix:/PATH or http://HOST:PORT (default: $LOOPWARDEN_SIDECAR_URL, else the "
+        "service's own default socket, so neither side needs it; --http needs an http:// one)",
+    )
     p.add_argument("--token-file", help="bearer token file, for a service beyond loopback")
     p.add_argument("--command", help="the hook command before HOST (default: this Python, -S, hooks/run.py)")
     p.add_argument(
@@ -181,24 +388,48 @@ def precompile() -> int:
     return done
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str], *, remove: bool = False) -> int:
+    """``hook install`` (or with ``remove``, ``hook uninstall``): 0 done, 1 the file refused, 2 usage."""
+    parser = build_parser()
+    if remove:
+        parser.prog, parser.description = (
+            "loopwarden hook uninstall",
+            "Take loopwarden's hooks out of a host's settings.",
+        )
+    args = parser.parse_args(argv)
+    prog = parser.prog
     if args.http and args.host != "claude-code":
-        print("loopwarden hook install: --http is for claude-code only (the other hosts run commands)", file=sys.stderr)
+        print(f"{prog}: --http is for claude-code only (the other hosts run commands)", file=sys.stderr)
+        return 2
+    if args.http and not service_url(args.url).startswith("http://"):
+        print(
+            f"{prog}: --http needs the service's TCP URL (--url http://127.0.0.1:PORT, the service "
+            "started with --port PORT); the command hook (without --http) uses the default socket",
+            file=sys.stderr,
+        )
         return 2
     block = snippet(args.host, args)
-    if not args.http and not args.command:
+    if not args.http and not args.command and not remove:
         precompile()
     if args.print:
         print(json.dumps(block, indent=2))
         return 0
+    if not args.user and not args.dir.is_dir():
+        print(f"{prog}: --dir {args.dir}: no such folder (give the project's folder)", file=sys.stderr)
+        return 2
     path = settings_file(args.host, args.dir, args.user)
     try:
-        install(args.host, path, block)
+        changed = install(args.host, path, block, remove=remove)
     except (ValueError, OSError) as exc:
-        print(f"loopwarden hook install: {path}: {exc}; not changed", file=sys.stderr)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(f"{prog}: {path}: {reason}; not changed", file=sys.stderr)
         return 1
-    print(f"loopwarden hook install: {args.host} hooks written to {path}")
+    if remove:
+        print(f"{prog}: {args.host} hooks {'removed from' if changed else 'were not in'} {path}")
+        return 0
+    print(f"{prog}: {args.host} hooks {'written to' if changed else 'already in'} {path}")
+    if args.http and args.token_file and not os.environ.get(TOKEN_ENV):
+        print(f'export {TOKEN_ENV}="$(cat {shlex.quote(args.token_file)})" before starting claude', file=sys.stderr)
     if args.host == "codex":
         print(
             "codex runs project hooks only in a trusted project, and asks you to trust new hooks once "

@@ -52,27 +52,33 @@ log = logging.getLogger(__name__)
 
 _MAGIC_AT = 16  # base offset (8) + batch length (4) + partition leader epoch (4)
 MAX_DECOMPRESSED = 64 << 20  # bytes one compressed batch may expand to (64 records at the 1 MiB event bound)
+_PIECE = 1 << 20  # bytes inflated per step
 
 
 class DecompressionBound(ValueError):
     """A compressed batch expands past :data:`MAX_DECOMPRESSED`."""
 
 
-def bounded_gzip_decode(payload: Any) -> bytes:
-    """gzip members one after another, as ``gzip.GzipFile`` reads them, stopped at the bound."""
+def bounded_gzip_decode(payload: Any) -> bytearray:
+    """gzip members one after another, as ``gzip.GzipFile`` reads them, stopped at the bound.
+
+    Inflated a piece (:data:`_PIECE`) at a time into one buffer: zlib asked for the whole bound at
+    once holds its output twice (its blocks, then the joined bytes), and a batch past the bound
+    is dropped before the error leaves (a traceback keeps its frame's locals alive)."""
     limit = MAX_DECOMPRESSED
-    data, out, size = bytes(payload), [], 0
+    data, out = bytes(payload), bytearray()
     while data:
         inflater = zlib.decompressobj(wbits=31)
-        chunk = inflater.decompress(data, limit - size + 1)
-        size += len(chunk)
-        if size > limit or inflater.unconsumed_tail:
-            raise DecompressionBound(f"compressed batch expands past {limit} bytes")
+        while data:
+            out += inflater.decompress(data, min(_PIECE, limit - len(out) + 1))
+            if len(out) > limit:
+                out = data = None  # freed now, not when the exception goes
+                raise DecompressionBound(f"compressed batch expands past {limit} bytes")
+            data = inflater.unconsumed_tail
         if not inflater.eof:
             raise EOFError("gzip data ended before the end-of-stream marker")
-        out.append(chunk)
         data = inflater.unused_data
-    return b"".join(out)
+    return out
 
 
 def _checked(decode: Any) -> Any:
@@ -162,11 +168,16 @@ class GuardedBatch:
             except StopIteration:
                 return
             except Exception as exc:  # noqa: BLE001 - handed to the salvage below, never to the reader
-                log.warning("unreadable record in a batch at offset %d: %s", self._batch.base_offset, _why(exc))
-                yield from self._salvage(last)
-                return
+                why, bound = _why(exc), isinstance(exc, DecompressionBound)
+                break  # out of the handler: the exception (its frames, their buffers) is freed here
             last = record.offset
             yield record
+        records = None
+        log.warning("unreadable record in a batch at offset %d: %s", self._batch.base_offset, why)
+        if bound:  # the Python parser would inflate the same bytes to the same bound again
+            yield self._whole(f"batch unreadable: {why}")
+            return
+        yield from self._salvage(last)
 
     def _whole(self, why: str) -> Mark:
         first, end = self._batch.base_offset, self._batch.next_offset

@@ -116,3 +116,16 @@ def kafka_auth(s: Any) -> dict[str, Any]:
             sasl_plain_password=password(s),
         )
     return kwargs
+
+
+async def start_client(client: Any) -> None:
+    """``client.start()`` of an aiokafka producer or consumer, stopped again when it fails: a broker out
+    of reach then ends in the caller's one error, not also in aiokafka's "Unclosed ..." at exit."""
+    try:
+        await client.start()
+    except BaseException:
+        try:
+            await client.stop()
+        except Exception:  # noqa: BLE001, S110 - the start's error is the one to report
+            pass
+        raise

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from loopwarden.internals.aiokafka_records import install as install_parse_guard
-from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers, settings_from_env
+from loopwarden.kafka.connection import SecuritySettings, kafka_auth, servers, settings_from_env, start_client
 from loopwarden.kafka.records import unreadable
 from loopwarden.otel.mapping import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -196,9 +196,13 @@ class SpanIngest:
             max_request_size=max(1_048_576, s.max_request_bytes + 65_536),
             **auth,
         )
-        await producer.start()
         try:
-            await consumer.start()
+            await start_client(producer)
+        except BaseException:
+            await consumer.stop()  # made, never started: closed, so that aiokafka has no "Unclosed" at exit
+            raise
+        try:
+            await start_client(consumer)
             try:
                 await self._loop(consumer, producer)
             finally:

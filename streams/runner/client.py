@@ -58,7 +58,7 @@ from loopwarden.runner.run import Run
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats, Decision, DecisionAction, RecentIds, RunState, verdict_fits
 from loopwarden.runner.text import verdict_text
-from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event, run_key
+from loopwarden.schemas.events import Event, ToolCall, ToolResult, encode_event
 from loopwarden.schemas.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -93,8 +93,9 @@ class LoopClient:
         else:
             self.settings = msgspec.structs.replace(settings, **overrides) if overrides else settings
         self.stats = ClientStats()
-        self._runs: dict[str, RunEntry] = {}
-        self._waiters: dict[tuple[str, str], asyncio.Future] = {}
+        self._runs: dict[wire.Ident, RunEntry] = {}  # by (run key, agent, session): the worker's state key
+        self._keys: dict[str, int] = {}  # run key -> runs registered under it (the listener keeps their records)
+        self._waiters: dict[tuple[wire.Ident, str], asyncio.Future] = {}
         self._waiting: dict[str, int] = {}  # run key -> gates waiting on it (the listener keeps their verdicts)
         self._seen = RecentIds(self.settings.dedup_size)
         self._outbox: Outbox | None = None
@@ -277,29 +278,35 @@ class LoopClient:
     ) -> Run:
         """Register a run and return its handle (register before its first event)."""
         ref = wire.RunRef(agent_id=agent_id, session_id=session_id, run_id=run_id)
-        self.register(ref.key, on_verdict)
+        self.register(ref.ident, on_verdict)
         return Run(self, ref)
 
-    def register(self, key: str, callback: VerdictCallback | None = None) -> RunState:
-        """Deliver the verdicts of run key ``key`` here from now on."""
+    def register(self, key: wire.Ident, callback: VerdictCallback | None = None) -> RunState:
+        """Deliver the verdicts of the run ``key`` (:attr:`wire.RunRef.ident`) here from now on."""
         entry = self._runs.get(key)
         if entry is None:
             entry = self._runs[key] = RunEntry()
+            self._keys[key[0]] = self._keys.get(key[0], 0) + 1
         if callback is not None:
             entry.callbacks.append(callback)
         return entry.state
 
-    def unregister(self, key: str) -> None:
+    def unregister(self, key: wire.Ident) -> None:
         entry = self._runs.pop(key, None)
         if entry is not None:
+            left = self._keys.get(key[0], 1) - 1
+            if left > 0:
+                self._keys[key[0]] = left
+            else:
+                self._keys.pop(key[0], None)
             for queue in entry.queues:
                 queue.put_nowait(CLOSED)
 
-    def state(self, key: str) -> RunState | None:
+    def state(self, key: wire.Ident) -> RunState | None:
         entry = self._runs.get(key)
         return entry.state if entry is not None else None
 
-    def verdicts(self, key: str) -> VerdictStream:
+    def verdicts(self, key: wire.Ident) -> VerdictStream:
         """Every verdict of a registered run from the moment of this call (not of the first
         ``anext``); the iteration ends when the run is unregistered."""
         entry = self._runs.get(key)
@@ -319,9 +326,9 @@ class LoopClient:
         (counted ``send_errors``) or its buffer is full (``events_dropped``).
         The runner goes on either way.
         """
-        return self._put(event, run_key(event))
+        return self._put(event, wire.ident(event))
 
-    def _put(self, event: Event, key: str) -> bool:
+    def _put(self, event: Event, key: wire.Ident) -> bool:
         call_id = getattr(event, "tool_call_id", None)
         if call_id:
             entry = self._runs.get(key)
@@ -331,9 +338,9 @@ class LoopClient:
         if outbox is None:
             self.stats.send_errors += 1
             return False
-        return outbox.put(self.settings.events_topic, key.encode(), encode_event(event))
+        return outbox.put(self.settings.events_topic, key[0].encode(), encode_event(event))
 
-    def _decide(self, key: str, event: Event) -> list[Verdict]:
+    def _decide(self, key: wire.Ident, event: Event) -> list[Verdict]:
         """The local decision for one event (fails open: an error is counted, nothing decided)."""
         local = self._local
         assert local is not None
@@ -364,12 +371,12 @@ class LoopClient:
 
     async def _publish_local(self, event: Event) -> None:
         """Decide a run's non-call event locally (a result, compaction retry, run end), then queue it."""
-        key = run_key(event)
+        key = wire.ident(event)
         if self._local is not None:
             entry = self._runs.get(key)
             for verdict in self._decide(key, event):
                 self._deliver(entry, verdict)
-        await self.publish(event)
+        self._put(event, key)
 
     async def tool_call(
         self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None
@@ -380,7 +387,7 @@ class LoopClient:
         if self._local is None:
             await self.publish(call)
             return call
-        key = run_key(call)
+        key = wire.ident(call)
         verdicts = self._decide(key, call)
         call = self._mark(key, call, verdicts)
         entry = self._runs.get(key)
@@ -389,7 +396,7 @@ class LoopClient:
         self._put(call, key)
         return call
 
-    def _mark(self, key: str, call: ToolCall, verdicts: list[Verdict]) -> ToolCall:
+    def _mark(self, key: wire.Ident, call: ToolCall, verdicts: list[Verdict]) -> ToolCall:
         from loopwarden.runner.local import mark, strongest
 
         best = strongest(verdicts)
@@ -431,7 +438,7 @@ class LoopClient:
     async def _ack_once(self, verdict: Verdict, outcome: str, detail: str) -> None:
         """Ack; an abort (which answers every later check of its run) only the first time."""
         if verdict.action == "abort":
-            state = self.state(wire.verdict_key(verdict))
+            state = self.state(wire.ident(verdict))
             if state is not None:
                 if state.abort_acked:
                     return
@@ -460,7 +467,7 @@ class LoopClient:
         stats = self.stats
         stats.checks += 1
         t0 = time.perf_counter()
-        key = run_key(call)
+        key = wire.ident(call)
         entry = self._runs.get(key)
         if entry is not None:
             if entry.state.aborted is not None:
@@ -489,7 +496,7 @@ class LoopClient:
         if not calls:
             return []
         if self._local is not None and self.bounded_recovery(calls[0]):
-            key = run_key(calls[0])
+            key = wire.ident(calls[0])
             entry = self._runs.get(key)
             if entry is None or (entry.state.aborted is None and entry.state.pending_block is None):
                 return self._check_batch_local(key, entry, calls, time.perf_counter())
@@ -503,7 +510,9 @@ class LoopClient:
         except Exception:  # noqa: BLE001 - never stop a healthy agent
             return False
 
-    def _check_batch_local(self, key: str, entry: RunEntry | None, calls: list[ToolCall], t0: float) -> list[Decision]:
+    def _check_batch_local(
+        self, key: wire.Ident, entry: RunEntry | None, calls: list[ToolCall], t0: float
+    ) -> list[Decision]:
         from loopwarden.runner.local import strongest
 
         local = self._local
@@ -575,7 +584,7 @@ class LoopClient:
             **extra,
         )
 
-    def _check_local(self, key: str, entry: RunEntry | None, call: ToolCall, t0: float) -> Decision:
+    def _check_local(self, key: wire.Ident, entry: RunEntry | None, call: ToolCall, t0: float) -> Decision:
         if not call.tool_call_id:
             call = msgspec.structs.replace(call, tool_call_id=wire.new_call_id())
         verdicts = self._decide(key, call)
@@ -605,7 +614,7 @@ class LoopClient:
             stats.allowed += 1
 
     async def _check_worker(
-        self, key: str, entry: RunEntry | None, call: ToolCall, timeout: float | None, t0: float
+        self, key: wire.Ident, entry: RunEntry | None, call: ToolCall, timeout: float | None, t0: float
     ) -> Decision:
         stats = self.stats
         if not call.await_decision or not call.tool_call_id:
@@ -625,7 +634,7 @@ class LoopClient:
         waiter_key = (key, call.tool_call_id)
         fut = asyncio.get_running_loop().create_future()
         self._waiters[waiter_key] = fut
-        self._waiting[key] = self._waiting.get(key, 0) + 1
+        self._waiting[key[0]] = self._waiting.get(key[0], 0) + 1
         limit = self.settings.check_timeout if timeout is None else timeout
         superseded = None
         try:
@@ -649,11 +658,11 @@ class LoopClient:
         finally:
             if self._waiters.get(waiter_key) is fut:
                 del self._waiters[waiter_key]
-            left = self._waiting.get(key, 1) - 1
+            left = self._waiting.get(key[0], 1) - 1
             if left > 0:
-                self._waiting[key] = left
+                self._waiting[key[0]] = left
             else:
-                self._waiting.pop(key, None)
+                self._waiting.pop(key[0], None)
         self._count(verdict.action)
         return Decision(
             action=verdict.action,
@@ -672,7 +681,7 @@ class LoopClient:
     def _wants(self, record_key: bytes) -> bool:
         """Whether a control record's key is a run of this client (the listener drops the rest undecoded)."""
         key = record_key.decode("utf-8", "replace")
-        return key in self._runs or key in self._waiting
+        return key in self._keys or key in self._waiting
 
     def _on_foreign(self) -> None:
         self.stats.foreign_dropped += 1
@@ -686,7 +695,7 @@ class LoopClient:
         if not verdict_fits(verdict):
             stats.undecodable += 1  # identifiers no worker writes: megabytes each, kept by the thousand
             return
-        key = wire.verdict_key(verdict, record_key)
+        key = wire.ident(verdict, record_key)
         entry = self._runs.get(key)
         waiter = self._waiters.get((key, verdict.tool_call_id)) if verdict.tool_call_id else None
         if entry is None and waiter is None:

@@ -25,8 +25,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from loopwarden.kafka.connection import kafka_auth
 from loopwarden.kafka.signing import verifier_from
 from loopwarden.runner.outbox import Outage, stop_task
 from loopwarden.runner.settings import ClientSettings
+from loopwarden.runner.tables import LiveLRU
 from loopwarden.schemas.config import ConfigError, FleetConfig
 from loopwarden.schemas.config_check import load_checked
 from loopwarden.schemas.events import Event, RunnerDecision, ToolCall
@@ -104,13 +104,20 @@ class Admission(msgspec.Struct, kw_only=True):
 
 
 class LocalDecider:
-    """Per-run engine states of one runner and its verdict numbering."""
+    """Per-run engine states of one runner and its verdict numbering.
+
+    States are keyed as the worker keys them (agent, session, run: :func:`wire.ident`) and bounded
+    by :class:`LiveLRU`: a run that had a warning, block or abort is evicted only after every run
+    that had none (or when the live runs pass their half of ``max_runs``), and its ``run_end`` keeps
+    its state: a run that resumes continues from its own history (RULES.md §11.3), so ending a
+    blocked run does not lift its block. A new run (another run id) starts from zero, as in OpenClaw.
+    """
 
     def __init__(self, fleet: FleetConfig, max_runs: int = 10000) -> None:
         self.fleet = fleet
         self.max_runs = max(1, max_runs)
         self.evicted = 0
-        self._states: OrderedDict[str, EngineState] = OrderedDict()
+        self._states: LiveLRU[Hashable, EngineState] = LiveLRU(self.max_runs)
         self._prefix = f"runner:{uuid.uuid4().hex[:12]}"
         self._seq = itertools.count()
 
@@ -118,26 +125,28 @@ class LocalDecider:
         """The verdict-id prefix of one event's verdicts: ``runner:<instance>:<event number>``."""
         return f"{self._prefix}:{next(self._seq)}"
 
-    def apply(self, key: str, event: Event, now: float | None = None) -> list[Verdict]:
+    def apply(self, key: Hashable, event: Event, now: float | None = None) -> list[Verdict]:
         states = self._states
         state = states.get(key)
-        if state is not None:
-            states.move_to_end(key)
         decided = decide(state, event, self.fleet, self._name_event, time.time() if now is None else now)
         if decided.state is None:
-            states.pop(key, None)
+            if not states.is_live(key):  # a live run's state outlives its run_end (resumed: still blocked)
+                states.pop(key)
         elif state is None:
-            states[key] = decided.state
-            if len(states) > self.max_runs:
-                states.popitem(last=False)
-                self.evicted += 1
+            self.evicted += len(states.put(key, decided.state))
+        if decided.verdicts:
+            self.evicted += len(states.mark_live(key))
         return decided.verdicts
+
+    def live(self, key: Hashable) -> bool:
+        """Whether the run had a warning, block or abort (its state is the last to go)."""
+        return self._states.is_live(key)
 
     def profiled(self, event: Event) -> bool:
         """Whether the run's agent is under the ``openclaw-latest`` profile (bounded recovery applies)."""
         return bool(self.fleet.extensions_of(event).profile)
 
-    def admit(self, key: str, calls: list[ToolCall], now: float | None = None) -> Admission:
+    def admit(self, key: Hashable, calls: list[ToolCall], now: float | None = None) -> Admission:
         """Admit one assistant tool batch as the OpenClaw release does (RULES.md L9), before any call runs.
 
         Each call is decided on a projection of the run where the siblings admitted before it count
@@ -172,15 +181,13 @@ class LocalDecider:
             proj.history, proj.extras = base.history, base.extras
             proj.blocked, proj.blocked_without_id = list(base.blocked), base.blocked_without_id
             refuse_batch(proj, calls, calls[trigger], self.fleet.extensions_of(calls[trigger]))
-        states[key] = proj
-        states.move_to_end(key)
-        if len(states) > self.max_runs:
-            states.popitem(last=False)
-            self.evicted += 1
+        self.evicted += len(states.put(key, proj))
+        if any(verdicts):
+            self.evicted += len(states.mark_live(key))
         return Admission(verdicts=verdicts, trigger=trigger)
 
-    def forget(self, key: str) -> None:
-        self._states.pop(key, None)
+    def forget(self, key: Hashable) -> None:
+        self._states.pop(key)
 
     def __len__(self) -> int:
         return len(self._states)

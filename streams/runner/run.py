@@ -23,10 +23,10 @@ class RunHost(Protocol):
 
     encode: wire.PayloadEncoder
 
-    def state(self, key: str) -> RunState | None: ...
-    def register(self, key: str, callback: VerdictCallback | None = None) -> RunState: ...
-    def unregister(self, key: str) -> None: ...
-    def verdicts(self, key: str) -> VerdictStream: ...
+    def state(self, key: wire.Ident) -> RunState | None: ...
+    def register(self, key: wire.Ident, callback: VerdictCallback | None = None) -> RunState: ...
+    def unregister(self, key: wire.Ident) -> None: ...
+    def verdicts(self, key: wire.Ident) -> VerdictStream: ...
     async def check(self, call: ToolCall, timeout: float | None = None) -> Decision: ...
     async def tool_call(
         self, ref: wire.RunRef, tool_name: str, params: Any = None, *, tool_call_id: str | None = None
@@ -44,6 +44,7 @@ class Run:
     def __init__(self, client: RunHost, ref: wire.RunRef) -> None:
         self.client = client
         self.ref = ref
+        self.ident = ref.ident  # the run in its client: (run key, agent, session) (:attr:`wire.RunRef.ident`)
 
     @property
     def key(self) -> str:
@@ -51,7 +52,7 @@ class Run:
 
     @property
     def state(self) -> RunState:
-        state = self.client.state(self.key)
+        state = self.client.state(self.ident)
         return state if state is not None else RunState()
 
     @property
@@ -59,10 +60,10 @@ class Run:
         return self.state.aborted
 
     def on_verdict(self, callback: VerdictCallback) -> None:
-        self.client.register(self.key, callback)
+        self.client.register(self.ident, callback)
 
     def verdicts(self) -> VerdictStream:
-        return self.client.verdicts(self.key)
+        return self.client.verdicts(self.ident)
 
     def call(self, tool_name: str, params: Any = None, tool_call_id: str | None = None) -> ToolCall:
         """Build (not publish) a ``tool_call`` of this run."""
@@ -98,4 +99,4 @@ class Run:
         if aborted is not None:
             await self.client._ack_once(aborted, "applied", "abort: run ended")
         await self.client.run_end(self.ref)
-        self.client.unregister(self.key)
+        self.client.unregister(self.ident)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Raw
 
-from loopwarden.schemas.events import CompactionRetry, RunEnd, ToolCall, ToolResult, VerdictAck, key_for
+from loopwarden.schemas.events import CompactionRetry, Event, RunEnd, ToolCall, ToolResult, VerdictAck, key_for
 from loopwarden.schemas.verdicts import Verdict
 
 
@@ -35,6 +35,24 @@ class RunRef(msgspec.Struct, frozen=True, kw_only=True):
     def key(self) -> str:
         """The run key the worker uses (:func:`loopwarden.schemas.events.key_for`, the one definition)."""
         return key_for(self.agent_id, self.session_id, self.run_id)
+
+    @property
+    def ident(self) -> Ident:
+        """Who the run is in a runner: its run key, agent and session (:func:`ident`)."""
+        return self.key, self.agent_id, self.session_id or self.agent_id
+
+
+Ident = tuple[str, str, str]
+
+
+def ident(x: Event | Verdict, record_key: bytes | None = None) -> Ident:
+    """A run's identity in a runner: (run key, agent, session), as the worker keys its state (agent,
+    session, run): two agents, or two sessions, that send the same run id are two runs. An event's
+    or a verdict's; a verdict's run key is its record's key when it has one (the worker writes it)."""
+    key = (
+        record_key.decode("utf-8", "replace") if record_key is not None else key_for(x.agent_id, x.session_id, x.run_id)
+    )
+    return key, x.agent_id, x.session_id or x.agent_id
 
 
 def verdict_key(verdict: Verdict, record_key: bytes | None = None) -> str:

@@ -115,6 +115,14 @@ def _post(
     return handle
 
 
+def _done(method: Callable[[Any], Awaitable[msgspec.Struct]]) -> Callable[[Any], Awaitable[msgspec.Struct]]:
+    async def done(req: Any) -> api.Done:
+        await method(req)
+        return api.Done()
+
+    return done
+
+
 def make_app(service: Service, token: bytes | None = None) -> Handler:
     """The ``/v1/`` handler over ``service``; with ``token``, every request needs ``Bearer <token>``."""
     expected = b"Bearer " + token if token is not None else None
@@ -128,6 +136,9 @@ def make_app(service: Service, token: bytes | None = None) -> Handler:
         "/v1/run_start": (api.RunStartRequest, service.run_start),
         "/v1/run_end": (api.RunEndRequest, service.run_end),
     }
+    for path in ("/v1/ack", "/v1/compaction", "/v1/run_end"):  # answered {"ok": true}, as SIDECAR.md shows
+        type_, method = posts[path]
+        posts[path] = (type_, _done(method))
     routes: dict[str, dict[str, Endpoint]] = {
         path: {"POST": _post(service, msgspec.json.Decoder(type_), method)} for path, (type_, method) in posts.items()
     }
@@ -174,11 +185,20 @@ def make_app(service: Service, token: bytes | None = None) -> Handler:
 
 
 async def start_listeners(
-    service: Service, handler: Handler, host: str | None, port: int, socket_path: str | None
+    service: Service,
+    handler: Handler,
+    host: str | None,
+    port: int,
+    socket_path: str | None,
+    allow_uids: frozenset[int] = frozenset(),
+    private: bool = False,
 ) -> tuple[HTTPServer, list[str]]:
     """Serve ``handler`` on ``host:port`` (when ``host``) and on the Unix socket ``socket_path``
-    (mode 0600), with ``service``'s body bound and counters. Returns the server (``close()`` stops
-    it) and the URLs it listens on."""
-    server = HTTPServer(handler, ServerLimits(max_body=service.limits.max_body), counts=service.stats)
-    urls = await server.start(host, port, socket_path)
+    (mode 0600, in a folder only this user may write, with ``private`` enter; peers of another uid
+    than this one, root and ``allow_uids`` refused), with ``service``'s body bound and counters.
+    Returns the server (``close()`` stops it) and the URLs it listens on."""
+    server = HTTPServer(
+        handler, ServerLimits(max_body=service.limits.max_body), counts=service.stats, allow_uids=allow_uids
+    )
+    urls = await server.start(host, port, socket_path, private)
     return server, urls

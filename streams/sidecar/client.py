@@ -2,7 +2,8 @@
 
 Standard library only (``http.client``), so a script or a hook can ask the
 service without aiohttp or the runner client; the benchmark and the tests use
-it too. Not thread-safe: one connection, one request at a time.
+it too. Not thread-safe: one connection, one request at a time. Like the
+hook's client, it sends nothing to a listener of another user.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from loopwarden.hooks.service import service_url
+from loopwarden.hooks.service import authenticate, check_socket_dir, service_url
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -22,15 +23,33 @@ class _UnixConnection(http.client.HTTPConnection):
         self._path = path
 
     def connect(self) -> None:
+        check_socket_dir(self._path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
-        sock.connect(self._path)
+        try:
+            sock.connect(self._path)
+            authenticate(sock, self._path)
+        except OSError:
+            sock.close()
+            raise
         self.sock = sock
 
 
+class _TCPConnection(http.client.HTTPConnection):
+    def connect(self) -> None:
+        super().connect()
+        try:
+            authenticate(self.sock, None)
+        except OSError:
+            self.sock.close()
+            self.sock = None
+            raise
+
+
 class SidecarClient:
-    """``SidecarClient("http://127.0.0.1:7766")`` or ``SidecarClient("unix:/run/loopwarden.sock")``;
-    no URL: ``LOOPWARDEN_SIDECAR_URL``, else the default port on 127.0.0.1."""
+    """``SidecarClient("unix:/path/to.sock")`` or ``SidecarClient("http://127.0.0.1:PORT")``; no URL:
+    ``LOOPWARDEN_SIDECAR_URL``, else the default socket. The listener is authenticated as the hook's
+    client does it (``loopwarden.hooks.service.authenticate``) before a request is sent."""
 
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 5.0) -> None:
         url = service_url(url)
@@ -42,7 +61,7 @@ class SidecarClient:
             self._conn: http.client.HTTPConnection = _UnixConnection(url[len("unix:") :], timeout)
         else:
             parts = urlsplit(url)
-            self._conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout)
+            self._conn = _TCPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout)
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """One request on the kept-alive connection (reconnecting once if the service closed it)."""

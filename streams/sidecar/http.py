@@ -12,21 +12,33 @@ answers ``(status, JSON body)``.
 Bounds, each answered and counted (``ServiceStats``) rather than buffered:
 
 - a request head (request line and headers) over ``max_head`` bytes or
-  ``max_headers`` fields: 431, connection closed;
+  ``max_headers`` fields (every field counts, a repeated name too): 431,
+  connection closed;
 - a body over ``max_body``: 413, refused on its ``Content-Length`` before it
   is read, or as soon as a chunked body passes the bound;
 - pipelined requests: at most ``max_pipelined`` wait per connection (reading
   pauses beyond it), and none is served while the client does not read its
   answers (the transport's write buffer paused);
-- connections: at most ``max_connections`` (more are answered 503 and
-  closed); one idle for ``idle_timeout`` seconds, or mid-request for
-  ``request_timeout``, is closed by a sweep once a second;
+- connections: at most ``max_connections``, at most ``max_per_peer`` of one
+  peer (a uid on the Unix socket, an address on TCP), and at most
+  ``max_unauthenticated`` not yet authenticated (:meth:`HTTPServer.authenticated`).
+  A connection over a bound takes the slot of the oldest one that holds no
+  request under way (not yet authenticated ones first, then the peer's own,
+  then any): a slot cannot be held by sitting on it, so idle sockets never
+  lock clients out; only when every slot is answering is the newcomer 503.
+  A connection not authenticated within ``auth_timeout`` seconds of its
+  start is closed (408), one idle for ``idle_timeout`` seconds, or
+  mid-request for ``request_timeout``, by a sweep once a second;
+- on the Unix socket, a peer whose uid (``SO_PEERCRED``) is not the
+  service's, root's or one allowed (``allow_uids``) is answered 403 and
+  closed before it sends a byte;
 - anything llhttp cannot parse (or an Upgrade): 400, connection closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -38,6 +50,8 @@ from typing import Any
 
 import httptools
 import msgspec
+
+from loopwarden.hooks.service import check_socket_dir, peer_uid
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +67,9 @@ class ServerLimits(msgspec.Struct, kw_only=True, frozen=True):
     max_headers: int = 64
     max_pipelined: int = 16  # requests read ahead on one connection
     max_connections: int = 1024
+    max_per_peer: int = 256  # connections of one uid (Unix socket) or one address (TCP)
+    max_unauthenticated: int = 64  # connections whose first request has not passed the guard yet
+    auth_timeout: float = 3.0  # seconds a new connection has to be authenticated
     idle_timeout: float = 60.0  # seconds a kept-alive connection may wait for its next request
     request_timeout: float = 10.0  # seconds from a request's first byte to its last
 
@@ -62,7 +79,9 @@ class ServerCounts(msgspec.Struct, kw_only=True):
 
     bad_requests: int = 0  # unparseable: 400
     too_large: int = 0  # 413 / 431
-    connections_refused: int = 0  # 503: over max_connections
+    connections_refused: int = 0  # 503: over a connection bound with every slot answering
+    connections_evicted: int = 0  # closed to free a slot for a newcomer (idle, or not yet authenticated)
+    peers_refused: int = 0  # 403 at connect: a Unix socket peer of another uid
     timeouts: int = 0  # closed by the sweep: idle or slow
 
 
@@ -76,7 +95,7 @@ class Request:
         self.path = path
         self.headers = headers
         self.body = body
-        self.unix = unix  # over the Unix socket (whose mode is the access control)
+        self.unix = unix  # over the Unix socket, from a peer whose uid was checked at connect
 
 
 Handler = Callable[[Request], Awaitable[tuple[int, bytes]]]
@@ -84,7 +103,9 @@ _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 
 
 def response_bytes(status: int, body: bytes, close: bool = False) -> bytes:
-    """One JSON response, head and body."""
+    """One JSON response, head and body; the body ends with a newline (curl's output stays apart)."""
+    if not body.endswith(b"\n"):
+        body += b"\n"
     reason = _REASONS.get(status, b"Unknown")
     connection = b"Connection: close\r\n" if close else b""
     return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
@@ -117,6 +138,10 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.unix = False
+        self.peer: object = None  # ("uid", n) on the Unix socket, ("ip", address) on TCP
+        self.authenticated = False
+        self.since = 0.0  # when it connected or last finished an answer: the oldest goes first
+        self.born = 0.0  # when it connected (the deadline to authenticate runs from here)
         self.queue: deque[tuple[Request, bool]] = deque()
         self.busy = False
         self.write_paused = False
@@ -127,6 +152,7 @@ class _Connection(asyncio.Protocol):
         self.started: float | None = None  # when the request being read began
         self._url = b""
         self._headers: dict[str, str] = {}
+        self._fields = 0  # header fields of this head, repeated names included
         self._head_bytes = 0  # of the request line and headers seen so far
         self._in_head = False
         self._fed = 0  # bytes fed while a head was incomplete (httptools holds a split header's pieces)
@@ -138,21 +164,34 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         server = self.server
-        self.last_active = server.loop.time()
-        if len(server.connections) >= server.limits.max_connections:
-            server.counts.connections_refused += 1
-            self._fail(503, "too many connections")
-            return
-        server.connections.add(self)
+        self.last_active = self.since = self.born = server.loop.time()
         sock = transport.get_extra_info("socket")
         self.unix = sock is not None and sock.family == socket.AF_UNIX
-        if not self.unix and sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.unix:
+            uid = peer_uid(sock)
+            if uid is not None and uid not in server.allow_uids:
+                server.counts.peers_refused += 1
+                self._fail(403, "this service serves only its own user")
+                return
+            self.peer = ("uid", uid)
+            self.authenticated = True  # the peer's uid is the credential on the Unix socket
+        else:
+            peername = transport.get_extra_info("peername")
+            self.peer = ("ip", peername[0] if peername else None)
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not server.admit(self):
+            server.counts.connections_refused += 1
+            self._fail(503, "too many connections")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.queue.clear()
-        self.server.connections.discard(self)
+        self.server.forget(self)
+
+    def evictable(self) -> bool:
+        """Holds no request under way: closing it loses nothing a client waits for."""
+        return not (self.busy or self.queue or self.closing)
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -198,6 +237,7 @@ class _Connection(asyncio.Protocol):
         self.started = self.server.loop.time()
         self._url = b""
         self._headers = {}
+        self._fields = 0
         self._head_bytes = 0
         self._in_head = True
         self._fed = 0
@@ -218,7 +258,8 @@ class _Connection(asyncio.Protocol):
         self._head(len(name) + len(value) + 4)
         headers = self._headers
         headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-        if len(headers) > self.server.limits.max_headers:
+        self._fields += 1
+        if self._fields > self.server.limits.max_headers:
             self._too_large(431, "too many header fields")
             raise _Refused
 
@@ -311,8 +352,10 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         status, body = answer
+        if not self.authenticated and status not in (401, 403):  # the guard let it through
+            self.server.authenticated(self)
         self.transport.write(response_bytes(status, body, close=not keep_alive))
-        self.last_active = self.server.loop.time()
+        self.last_active = self.since = self.server.loop.time()
         if not keep_alive:
             self._close()
             return
@@ -348,11 +391,15 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
     def sweep(self, now: float) -> None:
-        """Close the connection if it idled past ``idle_timeout`` or took too long over a request."""
+        """Close the connection if it idled past ``idle_timeout``, took too long over a request, or was
+        not authenticated in ``auth_timeout``."""
         limits = self.server.limits
         if self.busy or self.queue or self.closing:
             return
-        if self.started is not None:
+        if not self.authenticated and now - self.born > limits.auth_timeout:
+            self.server.counts.timeouts += 1
+            self._fail(408, "not authenticated in time")
+        elif self.started is not None:
             if now - self.started > limits.request_timeout:
                 self.server.counts.timeouts += 1
                 self._fail(408, "request not received in time")
@@ -364,21 +411,78 @@ class _Connection(asyncio.Protocol):
 class HTTPServer:
     """``await HTTPServer(handler, limits).start(host, port, socket_path)``; ``await .close()``."""
 
-    def __init__(self, handler: Handler, limits: ServerLimits | None = None, counts: Any = None) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        limits: ServerLimits | None = None,
+        counts: Any = None,
+        allow_uids: frozenset[int] = frozenset(),
+    ) -> None:
         self.handler = handler
         self.limits = limits or ServerLimits()
         self.counts = counts if counts is not None else ServerCounts()  # any object with ServerCounts' fields
+        self.allow_uids = frozenset({os.geteuid(), 0}) | allow_uids  # Unix socket peers served
         self.connections: set[_Connection] = set()
+        self.unauthenticated: dict[_Connection, None] = {}  # oldest first
+        self.per_peer: dict[object, int] = {}
         self.loop = asyncio.get_running_loop()
         self._servers: list[asyncio.Server] = []
         self._sweeper: asyncio.Task | None = None
+        self._socket: tuple[str, int] | None = None  # the Unix socket's path and inode, removed at close
 
     def _protocol(self) -> _Connection:
         return _Connection(self)
 
-    async def start(self, host: str | None, port: int, socket_path: str | None) -> list[str]:
-        """Listen on ``host:port`` (when ``host``) and on the Unix socket ``socket_path`` (mode 0600);
-        the URLs served."""
+    def admit(self, conn: _Connection) -> bool:
+        """Give ``conn`` a slot, closing the oldest connection that holds none of a request under way
+        where a bound is reached; False when every candidate is answering (the newcomer is refused)."""
+        limits = self.limits
+        if not conn.authenticated and len(self.unauthenticated) >= limits.max_unauthenticated:
+            if not self._evict(self.unauthenticated):
+                return False
+        if self.per_peer.get(conn.peer, 0) >= limits.max_per_peer:
+            if not self._evict([c for c in self.connections if c.peer == conn.peer]):
+                return False
+        if len(self.connections) >= limits.max_connections:
+            if not (self._evict(self.unauthenticated) or self._evict(self.connections)):
+                return False
+        self.connections.add(conn)
+        self.per_peer[conn.peer] = self.per_peer.get(conn.peer, 0) + 1
+        if not conn.authenticated:
+            self.unauthenticated[conn] = None
+        return True
+
+    def _evict(self, candidates: Any) -> bool:
+        """Close the longest-waiting evictable connection of ``candidates``; whether there was one."""
+        oldest = min((c for c in candidates if c.evictable()), key=lambda c: c.since, default=None)
+        if oldest is None:
+            return False
+        self.counts.connections_evicted += 1
+        # it holds no request: the answer and a plain close (no lingering: a flood of newcomers
+        # must not turn into a pile of closing sockets)
+        oldest.transport.write(response_bytes(503, _error_body("connection closed for a newer one"), close=True))
+        oldest._close()
+        self.forget(oldest)
+        return True
+
+    def authenticated(self, conn: _Connection) -> None:
+        """``conn``'s request passed the guard (the token, or no token needed): it leaves the small budget."""
+        conn.authenticated = True
+        self.unauthenticated.pop(conn, None)
+
+    def forget(self, conn: _Connection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            n = self.per_peer.get(conn.peer, 0) - 1
+            if n > 0:
+                self.per_peer[conn.peer] = n
+            else:
+                self.per_peer.pop(conn.peer, None)
+        self.unauthenticated.pop(conn, None)
+
+    async def start(self, host: str | None, port: int, socket_path: str | None, private: bool = False) -> list[str]:
+        """Listen on ``host:port`` (when ``host``) and on the Unix socket ``socket_path`` (mode 0600, its
+        folder checked: :func:`prepare_socket_dir`); the URLs served."""
         urls = []
         try:
             if host is not None:
@@ -389,6 +493,7 @@ class HTTPServer:
                     h = f"[{address[0]}]" if ":" in address[0] else address[0]
                     urls.append(f"http://{h}:{address[1]}")
             if socket_path is not None:
+                prepare_socket_dir(socket_path, private)
                 _clear_stale_socket(socket_path)
                 old = os.umask(0o177)  # the socket is born 0600: no window in which others may connect
                 try:
@@ -396,6 +501,7 @@ class HTTPServer:
                 finally:
                     os.umask(old)
                 os.chmod(socket_path, 0o600)
+                self._socket = (socket_path, os.lstat(socket_path).st_ino)
                 urls.append(f"unix:{socket_path}")
         except BaseException:
             await self.close()
@@ -424,14 +530,48 @@ class HTTPServer:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+        if self._socket is not None:  # ours still (same inode): clients then find no service, not a dead one
+            path, inode = self._socket
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_ino == inode:
+                    os.unlink(path)
+            self._socket = None
+
+
+def prepare_socket_dir(path: str, private: bool = False) -> None:
+    """Make the socket's folder when missing (each missing level mode 0700), and refuse one that another
+    user owns or that others may write (with ``private``, that others may enter): the clients check the
+    same (``loopwarden.hooks.service``), so a socket there could not be told from an impostor's."""
+    folder = os.path.dirname(os.path.abspath(path))
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for level in reversed(missing):
+        os.mkdir(level, 0o700)
+        os.chmod(level, 0o700)  # whatever the umask
+    check_socket_dir(path)
+    mode = os.lstat(os.path.dirname(os.path.abspath(path))).st_mode & 0o777
+    if private and mode & 0o077:
+        raise PermissionError(f"{os.path.dirname(path)} is mode {mode:o}: only its user may enter it (chmod 700)")
 
 
 def _clear_stale_socket(path: str) -> None:
-    """Remove a socket left by an earlier run; anything else at ``path`` is an error, never removed."""
+    """Remove a socket left by an earlier run; anything else at ``path``, or a socket a service still
+    answers on, is an error, never removed."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
         raise FileExistsError(f"{path} exists and is not a socket")
-    os.unlink(path)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listens: left by a run that did not stop cleanly
+    else:
+        raise FileExistsError(f"a service already listens on {path}")
+    finally:
+        probe.close()

@@ -18,11 +18,26 @@ from pathlib import Path
 _LISTENING = re.compile(r"listening on (\S+)")
 
 
-class SidecarProcess:
-    """``SidecarProcess(["--config", path, "--bootstrap", b]).start()``; ``.url``, ``.stop()``."""
+def _listeners(args: list[str], as_given: bool) -> list[str]:
+    """TCP on a free port unless ``args`` say otherwise, and no Unix socket unless they name one: a child
+    never takes the user's default socket (``--socket`` with that path does). ``as_given``: none added."""
+    if as_given:
+        return []
+    out = [] if "--no-tcp" in args or any(a.startswith("--port") for a in args) else ["--port", "0"]
+    if not any(a.startswith(("--socket", "--no-socket")) for a in args):
+        out.append("--no-socket")
+    return out
 
-    def __init__(self, args: list[str], log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
+
+class SidecarProcess:
+    """``SidecarProcess(["--config", path, "--bootstrap", b]).start()``; ``.url`` (TCP on a free port unless
+    the args say otherwise; a Unix socket only with ``--socket``), ``.stop()``."""
+
+    def __init__(
+        self, args: list[str], log_path: Path | None = None, env: dict[str, str] | None = None, as_given: bool = False
+    ) -> None:
         self.args = args
+        self.as_given = as_given  # the args alone: the service's own defaults (its socket under $HOME)
         self.log_path = log_path
         self.env = env
         self.proc: subprocess.Popen | None = None
@@ -31,7 +46,7 @@ class SidecarProcess:
 
     def start(self, timeout: float = 60.0) -> SidecarProcess:
         stderr = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-        cmd = [sys.executable, "-m", "loopwarden.cli", "sidecar", "--port", "0", *self.args]
+        cmd = [sys.executable, "-m", "loopwarden.cli", "sidecar", *_listeners(self.args, self.as_given), *self.args]
         env = {**os.environ, **(self.env or {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env)
         if stderr is not subprocess.DEVNULL:

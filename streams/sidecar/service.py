@@ -21,8 +21,10 @@ counted. All of it is touched only from the event loop: no locks.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -30,9 +32,11 @@ from msgspec import UNSET, Raw
 
 from loopwarden.runner import LoopClient, Run, blocked_tool_result, wire
 from loopwarden.runner.state import Decision
+from loopwarden.runner.tables import LiveLRU
 from loopwarden.runner.text import verdict_text
 from loopwarden.schemas import sidecar as api
 from loopwarden.schemas.events import ToolCall
+from loopwarden.schemas.verdicts import Verdict
 
 
 class Limits(msgspec.Struct, kw_only=True, frozen=True):
@@ -41,7 +45,13 @@ class Limits(msgspec.Struct, kw_only=True, frozen=True):
     max_sessions: int = 10_000
     max_runs: int = 10_000
     max_pending: int = 100_000
+    max_pending_bytes: int = 32 << 20  # bytes of the pending checks (ids and the params kept)
     max_body: int = 1 << 20  # bytes of one request body (413 beyond)
+
+
+KEPT_PARAMS = 16 << 10  # a pending check keeps params up to this many bytes; larger ones only as a digest
+_ENTRY = 256  # bytes a pending entry costs besides its ids and params (the Decision, the table slots)
+_RANK = {"allow": 0, "warn": 1, "block": 2, "abort": 3}
 
 
 def new_run_id() -> str:
@@ -49,13 +59,38 @@ def new_run_id() -> str:
 
 
 class _RunSlot:
-    """A run the service drives: its handle and the ids of its pending checks, oldest first."""
+    """A run the service drives: its handle, the ids of its pending checks (oldest first), the
+    strongest verdict it had (``level``, by :data:`_RANK`) and whether its run ended."""
 
-    __slots__ = ("run", "pending")
+    __slots__ = ("run", "pending", "level", "ended")
 
     def __init__(self, run: Run) -> None:
         self.run = run
         self.pending: OrderedDict[str, None] = OrderedDict()
+        self.level = 0
+        self.ended = False
+
+    @property
+    def holds_block(self) -> bool:
+        """Whether the run had a block and no abort (an abort ends the run: a new prompt is a new run)."""
+        return self.level >= _RANK["block"] and self.run.state.aborted is None
+
+
+class _Pending(msgspec.Struct, kw_only=True):
+    """A check waiting for its result. Large params are kept only as ``digest`` (pairing a result
+    without a call id needs no more); the result then publishes the params it carries."""
+
+    decision: Decision
+    digest: bytes | None = None
+
+
+def _digest(raw: Raw) -> bytes:
+    """A digest of a JSON value, key order and spacing aside (what :func:`_same_params` compares)."""
+    try:
+        canonical = msgspec.json.encode(msgspec.json.decode(raw), order="sorted")
+    except (msgspec.DecodeError, msgspec.EncodeError, RecursionError):
+        canonical = bytes(raw)
+    return hashlib.sha256(canonical).digest()
 
 
 def _same_params(a: Raw | Any, b: Raw | Any) -> bool:
@@ -74,16 +109,27 @@ def _is_empty(raw: Raw) -> bool:
     return bytes(raw).strip() in (b"{}", b"null")
 
 
+Session = tuple[str, "str | None"]
+
+
 class Service:
-    """The runner contract over a started :class:`LoopClient` (one per process)."""
+    """The runner contract over a started :class:`LoopClient` (one per process).
+
+    Runs are keyed by (agent, session, run) as the worker keys them (:attr:`wire.RunRef.ident`).
+    Every table is a :class:`~loopwarden.runner.tables.LiveLRU`: a run that had a warning, block or
+    abort, its session and its pending checks are the last to go, so no flood of other runs,
+    sessions or checks lowers its enforcement (SECURITY.md, "The decision service").
+    """
 
     def __init__(self, client: LoopClient, limits: Limits | None = None) -> None:
         self.client = client
-        self.limits = limits or Limits()
+        self.limits = lim = limits or Limits()
         self.stats = api.ServiceStats()
-        self._sessions: OrderedDict[tuple[str, str | None], str] = OrderedDict()
-        self._runs: OrderedDict[str, _RunSlot] = OrderedDict()
-        self._pending: OrderedDict[tuple[str, str], Decision] = OrderedDict()
+        self._sessions: LiveLRU[Session, str] = LiveLRU(lim.max_sessions)
+        self._runs: LiveLRU[wire.Ident, _RunSlot] = LiveLRU(lim.max_runs)
+        self._pending: LiveLRU[tuple[wire.Ident, str], _Pending] = LiveLRU(
+            lim.max_pending, max_bytes=lim.max_pending_bytes
+        )
 
     # -- tables -------------------------------------------------------------------
 
@@ -91,16 +137,15 @@ class Service:
         """The session's current run id (made on first use when ``create``)."""
         key = (agent_id, session_id)
         run_id = self._sessions.get(key)
-        if run_id is not None:
-            self._sessions.move_to_end(key)
+        if run_id is not None or not create:
             return run_id
-        if not create:
-            return None
-        run_id = self._sessions[key] = new_run_id()
-        if len(self._sessions) > self.limits.max_sessions:
-            self._sessions.popitem(last=False)
-            self.stats.sessions_evicted += 1
+        run_id = new_run_id()
+        self._point(key, run_id)
         return run_id
+
+    def _point(self, key: Session, run_id: str) -> None:
+        """Make ``run_id`` the session's current run."""
+        self.stats.sessions_evicted += len(self._sessions.put(key, run_id))
 
     def _ref(self, req: Any, create: bool = True) -> wire.RunRef | None:
         run_id = req.run_id or self._current(req.agent_id, req.session_id, create)
@@ -109,49 +154,93 @@ class Service:
         return wire.RunRef(agent_id=req.agent_id, session_id=req.session_id, run_id=run_id)
 
     def _slot(self, ref: wire.RunRef) -> _RunSlot:
-        key = ref.key
-        slot = self._runs.get(key)
+        ident = ref.ident
+        slot = self._runs.get(ident)
         if slot is not None:
-            self._runs.move_to_end(key)
+            slot.ended = False  # resumed: its next run_end is published again
             return slot
-        slot = self._runs[key] = _RunSlot(self.client.run(ref.agent_id, ref.session_id, ref.run_id))
-        if len(self._runs) > self.limits.max_runs:
-            old_key, old = self._runs.popitem(last=False)
-            self._drop(old_key, old)
-            self.stats.runs_evicted += 1
+        run = self.client.run(ref.agent_id, ref.session_id, ref.run_id, on_verdict=self._on_verdict(ref))
+        slot = _RunSlot(run)
+        self._evicted_runs(self._runs.put(ident, slot))
         return slot
 
-    def _drop(self, key: str, slot: _RunSlot) -> None:
+    def _on_verdict(self, ref: wire.RunRef) -> Callable[[Verdict], None]:
+        """Every verdict the client hands the run (its own local ones, the worker's): a warning,
+        block or abort makes the run, and the session pointing at it, live."""
+        ident, session = ref.ident, (ref.agent_id, ref.session_id)
+
+        def live(verdict: Verdict) -> None:
+            slot = self._runs.get(ident, touch=False)
+            rank = _RANK.get(verdict.action, 0)
+            if slot is None or rank == 0:
+                return
+            slot.level = max(slot.level, rank)
+            self._evicted_runs(self._runs.mark_live(ident))
+            if self._sessions.get(session, touch=False) == ref.run_id:
+                self.stats.sessions_evicted += len(self._sessions.mark_live(session))
+
+        return live
+
+    def _evicted_runs(self, evicted: list[tuple[wire.Ident, _RunSlot]]) -> None:
+        for ident, slot in evicted:
+            self._drop(ident, slot)
+            self.stats.runs_evicted += 1
+            if slot.level:
+                self.stats.live_runs_evicted += 1
+
+    def _drop(self, ident: wire.Ident, slot: _RunSlot) -> None:
         """Forget a run: its pending checks and its registration with the client (no more verdicts)."""
         for call_id in slot.pending:
-            self._pending.pop((key, call_id), None)
+            self._pending.pop((ident, call_id))
         slot.pending.clear()
-        self.client.unregister(key)
+        self.client.unregister(ident)
 
-    def _remember(self, key: str, slot: _RunSlot, decision: Decision) -> None:
-        call_id = decision.call.tool_call_id or ""
-        self._pending[(key, call_id)] = decision
+    def _remember(self, ident: wire.Ident, slot: _RunSlot, decision: Decision) -> None:
+        """Keep a check until its result: its params up to :data:`KEPT_PARAMS`, a digest beyond."""
+        call = decision.call
+        call_id = call.tool_call_id or ""
+        entry = _Pending(decision=decision)
+        size = _ENTRY + len(ident[0]) + len(call_id) + len(call.tool_name)
+        params = call.params
+        if params is not UNSET:
+            if len(params) > KEPT_PARAMS:  # kept as a digest: the Raw would keep the whole request body
+                entry.digest = _digest(params)
+                entry.decision = msgspec.structs.replace(decision, call=msgspec.structs.replace(call, params=UNSET))
+            else:  # copied out of the request body by _call
+                size += len(params)
+        key = (ident, call_id)
         slot.pending[call_id] = None
-        if len(self._pending) > self.limits.max_pending:
-            (old_key, old_id), _ = self._pending.popitem(last=False)
-            old = self._runs.get(old_key)
+        evicted = self._pending.put(key, entry, size)
+        if decision.action != "allow":
+            evicted += self._pending.mark_live(key)
+        for (old_ident, old_id), _ in evicted:
+            old = self._runs.get(old_ident, touch=False)
             if old is not None:
                 old.pending.pop(old_id, None)
             self.stats.pending_evicted += 1
 
-    def _take(self, key: str, slot: _RunSlot, req: api.ResultRequest) -> Decision | None:
+    def _take(self, ident: wire.Ident, slot: _RunSlot, req: api.ResultRequest) -> _Pending | None:
         """The pending check this result answers: by call id, else the oldest of the same tool and params."""
         call_id = req.tool_call_id
         if call_id is None:
+            digest = None
             for pending_id in slot.pending:
-                d = self._pending.get((key, pending_id))
-                if d is not None and d.call.tool_name == req.tool_name and _same_params(d.call.params, req.params):
+                p = self._pending.get((ident, pending_id), touch=False)
+                if p is None or p.decision.call.tool_name != req.tool_name:
+                    continue
+                if p.digest is None:
+                    same = _same_params(p.decision.call.params, req.params)
+                else:
+                    if digest is None:
+                        digest = _digest(req.params) if req.params is not UNSET else b""
+                    same = p.digest == digest
+                if same:
                     call_id = pending_id
                     break
             if call_id is None:
                 return None
         slot.pending.pop(call_id, None)
-        return self._pending.pop((key, call_id), None)
+        return self._pending.pop((ident, call_id))
 
     def tables(self) -> api.Tables:
         lim = self.limits
@@ -163,6 +252,9 @@ class Service:
             max_runs=lim.max_runs,
             max_pending=lim.max_pending,
             max_body=lim.max_body,
+            live_runs=self._runs.live,
+            pending_bytes=self._pending.bytes,
+            max_pending_bytes=lim.max_pending_bytes,
         )
 
     # -- the contract -----------------------------------------------------------------
@@ -194,7 +286,7 @@ class Service:
                 self.stats.worker_warnings += 1
                 # the call's result hands it back too (hosts that show context only after the call)
                 decision = msgspec.structs.replace(decision, action="warn", verdict=verdict)
-        self._remember(ref.key, slot, decision)
+        self._remember(slot.run.ident, slot, decision)
         return api.CheckResponse(
             action=action,
             proceed=action in ("allow", "warn"),
@@ -214,17 +306,21 @@ class Service:
     async def result(self, req: api.ResultRequest) -> api.Ok:
         ref = self._ref(req)
         assert ref is not None
-        key = ref.key
         slot = self._slot(ref)
-        decision = self._take(key, slot, req)
+        pending = self._take(slot.run.ident, slot, req)
         result: Any = req.result
-        if decision is not None:
+        if pending is not None:
+            decision = pending.decision
+            if decision.call.params is UNSET and req.params is not UNSET:  # kept as a digest: the result's own
+                decision = msgspec.structs.replace(
+                    decision, call=msgspec.structs.replace(decision.call, params=req.params)
+                )
             if req.blocked:
                 result = blocked_tool_result(decision.message or "Tool call blocked by loop detection.")
             elif decision.action in ("block", "abort") and result is not UNSET:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
-            return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref))
+            return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref, slot.run.ident))
         self.stats.results_unpaired += 1
         call = ToolCall(
             agent_id=ref.agent_id,
@@ -236,14 +332,18 @@ class Service:
         )
         if req.blocked:
             result = blocked_tool_result("Tool call blocked by loop detection.")
-        await self.client.tool_result(call, result=result, error=req.error)
-        return api.Ok(paired=False, abort=self._abort(ref))
+        # Not a check of this run waiting for its result: a repeat, a call never checked, or one whose
+        # check fell out of the table. Published (the worker records it as OpenClaw records an orphan
+        # outcome), never applied to the local decision: whoever has the run's ids cannot feed it
+        # outcomes that seem to progress and lift the run's block.
+        await self.client.publish(wire.result_for(call, result=result, error=req.error, encode=self.client.encode))
+        return api.Ok(paired=False, abort=self._abort(ref, slot.run.ident))
 
-    def _abort(self, ref: wire.RunRef) -> api.Warning | None:
+    def _abort(self, ref: wire.RunRef, ident: wire.Ident) -> api.Warning | None:
         """The run's abort, if it has one: the post-compaction guard aborts on a result, and a worker's
         abort may land while a call runs. Hosts that can end a session after a call (Claude Code's
         PostToolUse) do it with this answer instead of waiting for the run's next check."""
-        state = self.client.state(ref.key)
+        state = self.client.state(ident)
         if state is None or state.aborted is None:
             return None
         verdict = state.aborted
@@ -252,7 +352,7 @@ class Service:
     async def ack(self, req: api.AckRequest) -> api.Ok:
         ref = self._ref(req)
         assert ref is not None
-        state = self.client.state(ref.key)
+        state = self.client.state(ref.ident)
         if state is not None and state.aborted is not None and state.aborted.verdict_id == req.verdict_id:
             if state.abort_acked:
                 return api.Ok()
@@ -269,19 +369,29 @@ class Service:
         return api.Ok()
 
     async def run_start(self, req: api.RunStartRequest) -> api.RunStartResponse:
+        """Open a run (a new prompt): it starts from zero, as a new run does in OpenClaw (RULES.md §11.3).
+
+        The session's previous run ends (its state is kept if it had a verdict: its ids resumed are
+        still blocked). While the session's current run holds a block, the session stays on it:
+        requests without a run id (hosts that cannot name their runs) keep its history, as OpenClaw
+        keeps a session's unscoped calls, so no run_start lifts the block they would meet."""
         key = (req.agent_id, req.session_id)
         previous = self._sessions.get(key)
         run_id = req.run_id or new_run_id()
         ended = None
         if previous is not None and previous != run_id:
-            await self._end(wire.RunRef(agent_id=req.agent_id, session_id=req.session_id, run_id=previous))
+            prev = wire.RunRef(agent_id=req.agent_id, session_id=req.session_id, run_id=previous)
+            slot = self._runs.get(prev.ident, touch=False)
+            holds = slot is not None and slot.holds_block
+            if holds and req.run_id is None:
+                return api.RunStartResponse(run_id=previous, ended=None)  # the session stays on its run
+            await self._end(prev)
             ended = previous
-        self._sessions.pop(key, None)
-        self._sessions[key] = run_id
-        if len(self._sessions) > self.limits.max_sessions:
-            self._sessions.popitem(last=False)
-            self.stats.sessions_evicted += 1
-        self._slot(wire.RunRef(agent_id=req.agent_id, session_id=req.session_id, run_id=run_id))
+            if not holds:  # requests without a run id stay with the blocked run
+                self._point(key, run_id)
+        else:
+            self._point(key, run_id)
+        self._slot(wire.RunRef(agent_id=req.agent_id, session_id=req.session_id, run_id=run_id)).ended = False
         return api.RunStartResponse(run_id=run_id, ended=ended)
 
     async def run_end(self, req: api.RunEndRequest) -> api.Ok:
@@ -289,18 +399,32 @@ class Service:
         if ref is None:
             return api.Ok()
         await self._end(ref)
-        if self._sessions.get((req.agent_id, req.session_id)) == ref.run_id:
-            del self._sessions[(req.agent_id, req.session_id)]
+        key = (req.agent_id, req.session_id)
+        slot = self._runs.get(ref.ident, touch=False)
+        if self._sessions.get(key, touch=False) == ref.run_id and not (slot is not None and slot.holds_block):
+            self._sessions.pop(key)  # a run holding a block stays the session's current run
         return api.Ok()
 
     async def _end(self, ref: wire.RunRef) -> None:
-        """``run_end`` (after acking the run's abort, as :meth:`Run.end` does) and forget the run."""
-        key = ref.key
-        slot = self._runs.pop(key, None)
+        """``run_end`` (after acking the run's abort, as :meth:`Run.end` does), then forget the run,
+        unless it had a warning, block or abort: such a run stays (live, marked ended) with its state
+        and its registration, so its ids resumed meet its block or abort again (RULES.md §11.3)."""
+        ident = ref.ident
+        slot = self._runs.get(ident, touch=False)
+        if slot is not None and slot.level:
+            aborted = slot.run.state.aborted
+            if aborted is not None:
+                await self.client._ack_once(aborted, "applied", "abort: run ended")
+            if not slot.ended:
+                slot.ended = True
+                self.stats.runs_kept += 1
+                await self.client.run_end(ref)
+            return
+        self._runs.pop(ident)
         run = slot.run if slot is not None else self.client.run(ref.agent_id, ref.session_id, ref.run_id)
         await run.end()  # unregisters the run
         if slot is not None:
-            self._drop(key, slot)
+            self._drop(ident, slot)
 
     def health(self) -> api.Health:
         client = self.client
@@ -319,7 +443,12 @@ class Service:
 
 def _call(ref: wire.RunRef, req: api.CheckRequest | api.BatchCall) -> ToolCall:
     call = wire.tool_call(ref, req.tool_name, None, tool_call_id=req.tool_call_id)
-    return call if req.params is UNSET else msgspec.structs.replace(call, params=req.params)
+    params = req.params
+    if params is UNSET:
+        return call
+    # a decoded Raw keeps the whole request body alive: small params are copied out of it (large ones
+    # only until the check is answered: Service._remember keeps their digest)
+    return msgspec.structs.replace(call, params=params.copy() if len(params) <= KEPT_PARAMS else params)
 
 
 def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:

@@ -45,10 +45,10 @@ def sidecar(log: Path, config: Path = LOOP_CONFIG, extra: list[str] | None = Non
     return SidecarProcess(["--config", str(config), *(extra or [])], log_path=log).start()
 
 
-def install_hooks(host: Host, url: str, agent_id: str | None = None, *flags: str) -> None:
-    """``loopwarden hook install HOST --dir PROJECT --url URL``, the command a user runs."""
+def install_hooks(host: Host, url: str | None, agent_id: str | None = None, *flags: str) -> None:
+    """``loopwarden hook install HOST --dir PROJECT --url URL``, the command a user runs (no URL: none)."""
     argv = [str(Path(sys.executable).with_name("loopwarden")), "hook", "install", host.name, "--dir", str(host.project)]
-    argv += ["--url", url] + (["--agent-id", agent_id] if agent_id else []) + list(flags)
+    argv += (["--url", url] if url else []) + (["--agent-id", agent_id] if agent_id else []) + list(flags)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert host.hooks_file.exists()

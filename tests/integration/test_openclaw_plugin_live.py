@@ -154,6 +154,35 @@ def test_two_openclaw_agents_open_one_incident_and_its_block_reaches_the_model(t
     assert worker.metrics().get('loopwarden_incidents_total{state="open"}') == 1
 
 
+def test_with_no_url_the_plugin_finds_the_users_own_socket(tmp_path):
+    """Issue 44 item 10 and F5: a service started with no address (its user's socket under HOME) and
+    the plugin with no ``url`` meet; the plugin checked the socket's folder and owner first, so the
+    service's own text is what the model reads for the block."""
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="lw-oc-"))  # a short HOME: a socket's path is at most 107 bytes
+    low = Path(__file__).resolve().parents[1] / "data" / "low.config.json5"  # blocks at 3
+    env = {"HOME": str(home / "home"), "LOOPWARDEN_RUNNER_BOOTSTRAP": ""}
+    (home / "home").mkdir()
+    service = SidecarProcess(["--config", str(low)], log_path=tmp_path / "sidecar.log", env=env, as_given=True)
+    service.start()
+    try:
+        assert service.urls == [f"unix:{home}/home/.loopwarden/run/sidecar.sock"]
+        with ScriptedProvider(repeat_script([FAILING], 5)) as provider:
+            config = openclaw_config(home, provider.base_url, {})
+            proc = agent_turn(home, config, "main", "socket-1")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results = seen_results(provider)
+        assert "[loopwarden] check" not in proc.stderr, proc.stderr[-3000:]  # nothing failed open
+        blocked = [r for r in results if r.startswith("CRITICAL: Called read")]
+        assert blocked and "File not found" in results[0], results
+    finally:
+        service.stop()
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_service_down_the_plugin_allows_and_openclaws_own_rules_run(tmp_path):
     with ScriptedProvider(repeat_script([FAILING], 11)) as provider:
         # nothing listens on port 9 (discard): every check is refused at once

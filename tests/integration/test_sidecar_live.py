@@ -197,3 +197,51 @@ def test_a_service_whose_broker_dies_still_decides(tmp_path):
         finally:
             client.close()
             service.stop()
+
+
+def test_the_workers_audit_restores_a_block_the_service_lost(stack, tmp_path):
+    """F1 past the live share: a service whose tables hold 8 runs (4 of them live) loses a blocked run
+    to a flood of 5 runs that each reach a warning. Its next identical call is decided on a fresh
+    state (allowed), but the worker, which keeps the run's whole history, blocks it: the correction
+    answers the run's next check, and the loop is blocked again."""
+    names, tansu = stack["names"], stack["tansu"]
+    small = SidecarProcess(
+        [*sidecar_args(tansu, names, CONFIG), "--max-runs", "8", "--max-sessions", "8"],
+        log_path=tmp_path / "small.log",
+        env={"LOOPWARDEN_RUNNER_MAX_LOCAL_RUNS": "8"},
+    ).start()
+    try:
+        with SidecarClient(small.url) as client:
+            until(lambda: client.health()["listening"], what="the service's verdict listener")
+            ids = {"session_id": "evicted-1", "run_id": "evicted-run-1"}
+            call = ("dev", "exec", {"command": "npm test"})
+
+            def step(a: dict, ids: dict) -> None:
+                body = {**ids, "tool_name": "exec", "params": {"command": "npm test"}}
+                body["tool_call_id"] = a["tool_call_id"]
+                body |= {"result": {"exit": 1, "stderr": "1 failing"}} if a["proceed"] else {"blocked": True}
+                client.result("dev", **body)
+
+            answers = []
+            for _ in range(21):
+                answers.append(client.check(*call, **ids))
+                step(answers[-1], ids)
+            assert [a["action"] for a in answers] == LOOP
+            for i in range(5):  # each reaches a warning (10 identical calls): live, past the live share of 4
+                flood = {"session_id": f"flood-{i}", "run_id": f"flood-run-{i}"}
+                warned = []
+                for _ in range(11):
+                    warned.append(client.check(*call, **flood))
+                    step(warned[-1], flood)
+                assert warned[-1]["action"] == "warn"
+            stats = client.get("/v1/stats")["service"]
+            assert stats["live_runs_evicted"] >= 1
+            lost = client.check(*call, **ids)
+            assert (lost["action"], lost["source"]) == ("allow", "local")  # the service's fresh state
+            step(lost, ids)
+            until(lambda: client.get("/v1/stats")["client"]["corrections"] >= 1, what="the worker's block")
+            again = client.check(*call, **ids)
+            assert (again["action"], again["source"], again["detector"]) == ("block", "pending_block", "generic_repeat")
+            assert not again["proceed"] and again["run_id"] == "evicted-run-1"
+    finally:
+        small.stop()

@@ -94,7 +94,7 @@ def test_up_blocks_the_readme_runner_and_ctrl_c_cleans_up(tmp_path):
     try:
         banner = up.wait_banner()
         # the line for a runner names the worker's config, so it decides in-process as the README says
-        assert f'LoopClient(bootstrap="{up.bootstrap}", config={str(CONFIG.resolve())!r})' in banner
+        assert f'LoopClient(bootstrap="{up.bootstrap}", config="{CONFIG.resolve()}")' in banner
         assert f"LOOPWARDEN_RUNNER_BOOTSTRAP={up.bootstrap}" in banner
         assert f"LOOPWARDEN_RUNNER_CONFIG={CONFIG.resolve()}" in banner
         children = up.descendants()

@@ -45,3 +45,27 @@ def test_up_is_a_command():
     assert "up" in dict(cli.COMMANDS)
     args = cli.build_parser().parse_args(["up"])
     assert (args.broker_port, args.port, args.data_dir, args.config) == (19092, 6066, None, None)
+
+
+def test_up_prints_the_runner_line_in_one_quote_style(tmp_path):
+    """The line to paste into a runner, as Python writes it: double quotes both, the config's path absolute."""
+    import ast
+    from pathlib import Path
+
+    from loopwarden.devtools.up import banner
+
+    text = banner("127.0.0.1:19092", 6066, tmp_path / "worker.log", None, "deploy/config/loopwarden.json5")
+    line = next(line.strip() for line in text.splitlines() if line.strip().startswith("LoopClient("))
+    assert "'" not in line, line
+    call = ast.parse(line).body[0].value
+    assert [(k.arg, k.value.value) for k in call.keywords] == [
+        ("bootstrap", "127.0.0.1:19092"),
+        ("config", str(Path("deploy/config/loopwarden.json5").resolve())),
+    ]
+
+
+def test_help_lists_what_a_newcomer_runs_first():
+    """`loopwarden --help`: the demo and a local stack first, then the service, hooks and the MCP proxy."""
+    out = subprocess.run([sys.executable, "-m", "loopwarden.cli", "--help"], capture_output=True, text=True)
+    listed = [line.split()[0] for line in out.stdout.splitlines() if line[:4] == "    " and line[4:5].isalpha()]
+    assert listed[:5] == ["dev", "up", "sidecar", "hook", "mcp"], listed

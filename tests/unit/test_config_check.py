@@ -204,17 +204,20 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
     assert "did you mean historySize?" in capsys.readouterr().out
     assert cli(["config", "check", "--strict", typo]) == 1
     capsys.readouterr()
-    assert cli(["config", "check", bad]) == 1
-    out = capsys.readouterr().out
-    assert f"{bad} line 3: not valid JSON/JSON5" in out and "(" not in out.split("JSON5:")[1].split("\n")[0]
-    assert cli(["config", "check", "--json", bad]) == 1
+    assert cli(["config", "check", bad]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out == ""
+        and captured.err == f"loopwarden config check: {bad} line 3: not valid JSON/JSON5: Stray comma\n"
+    )
+    assert cli(["config", "check", "--json", bad]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is False and doc["errors"] and doc["blocks"] == []
     assert cli(["config", "check", "--json", typo]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["blocks"][0]["effective"]["history_size"] == 30
-    assert cli(["config", "check", str(tmp_path / "missing.json")]) == 1
-    assert "cannot read config" in capsys.readouterr().out
+    assert cli(["config", "check", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read config" in capsys.readouterr().err
 
 
 def test_check_file_returns_the_fleet_config_the_worker_uses(tmp_path):

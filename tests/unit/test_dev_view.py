@@ -21,7 +21,7 @@ KINDS = [
     ("block", "unknown_tool_repeat", "browser_navigate"),
     ("abort", "compaction_loop_persisted", "exec"),
     ("allow", None, "web_search"),
-    ("warn", "cross_run_repeat", "memory_search"),
+    ("warn", "cross_run_repeat", None),  # a whole run's work: its verdict names no tool
     ("block", "fleet_incident", "web_search"),
 ]
 AGENTS = ("agent-0001", "ops-poller", "heartbeat9-agent-000", "[bot]")  # the longest id of a 1-min demo
@@ -102,7 +102,8 @@ def test_fits_80_columns_without_cutting_or_wrapping(final):
     for column in ("detector", "warn", "block", "abort", "tool", "agent"):
         assert column in header.split(), header
     for _action, detector, tool in KINDS:
-        assert (detector or "allow") in text and tool in text
+        assert (detector or "allow") in text and (tool or "(whole run)") in text
+    assert next(line for line in lines if line.startswith("cross_run_repeat")).split()[2:4] == ["(whole", "run)"]
     row = next(line for line in lines if line.startswith("generic_repeat"))
     assert row.split()[1:3] == ["250", "250"], row  # its warns and its blocks, on one row
     assert all(agent in text for agent in AGENTS)
@@ -115,6 +116,7 @@ def test_fits_80_columns_without_cutting_or_wrapping(final):
         "active runs 1234",
         "dead letters 12",
         "p99",
+        "tokens spent on looping calls 0 (the usage runners report)",  # what the number is, said on screen
     ):
         assert any(label in line for line in lines), label
     # the metrics address while the worker runs; the closing frame outlives it and names none
@@ -192,5 +194,7 @@ def test_progress_line_is_plain_and_short():
 
 def test_config_notes_explain_the_unusual_agents():
     notes = "\n".join(config_notes(DEV_CONFIG))
-    assert "agent-0001" in notes and "critical 8" in notes
+    # warning 5, critical 8: blocked at 8 before the first warning, which goes out at 10 (no puzzle to read)
+    assert "agent-0001: blocked at 8 repeats, unwarned: warnings go at 10, 20, 30" in notes
+    assert "no warning below" not in notes
     assert "ops-poller" in notes and "global breaker at 30" in notes

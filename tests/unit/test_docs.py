@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import typing
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,7 @@ def test_readme_runner_example_is_the_example_file_word_for_word():
     which the suite runs against `loopwarden up` (tests/integration/test_up.py)."""
     source = (ROOT / "tests" / "examples" / "runner_example.py").read_text(encoding="utf-8")
     part = source.split("# README: begin\n", 1)[1].split("\n\n# README: end", 1)[0].strip("\n")
-    blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+    blocks = re.findall(r"```python[^\n]*\n(.*?)```", _readme(), re.S)
     assert part + "\n" in blocks
 
 
@@ -203,3 +204,205 @@ def test_the_key_file_flags_security_md_names_are_worker_flags():
     named = set(re.findall(r"`(--[a-z-]+-file)`", (ROOT / "deploy" / "SECURITY.md").read_text()))
     assert {"--signing-key-file", "--hash-key-file", "--sasl-password-file"} <= named
     assert named <= flags, named - flags
+
+
+# ---------------------------------------------------------------- every code block runs, or says why not
+#
+# A fenced block's info string names its language and, for a block that cannot run here as written,
+# ``fragment: REASON`` (GitHub shows only the language): ```` ```sh fragment: needs Docker ````.
+# Blocks not marked so are run: `sh` (each line, with bash, in the clone, `loopwarden` from this venv),
+# `console` (each `$ ` command; the lines after it are its output, compared with timings as `N s`),
+# `python` (run as a script; a fragment is still compiled), `json`/`json5`/`yaml` (parsed; a config is
+# checked by `config check`'s rules, with no error or warning). `text` is prose or a diagram.
+
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+RUNNABLE = {"sh", "console", "python", "json", "json5", "yaml"}
+LANGUAGES = RUNNABLE | {"text", "ts", "js"}  # ts, js: not run here (Node is no dependency of this test)
+# Blocks another test runs as printed, finding them by their bare fence (so they carry no marker):
+# (document, language) -> that test, which must exist and name the document.
+ELSEWHERE = {
+    ("streams/sidecar/SIDECAR.md", "js"): "tests/integration/test_typescript_clients.py",
+    ("streams/runner/integrations/typescript/TYPESCRIPT.md", "ts"): "tests/integration/test_typescript_clients.py",
+    ("streams/mcpgate/MCP.md", "sh"): "tests/unit/test_mcp_install.py",
+}
+TIMING = re.compile(r"\b\d+\.\d+ s\b")
+
+
+class Block(typing.NamedTuple):
+    doc: str
+    line: int
+    lang: str
+    fragment: str | None  # the reason, for a block that is not run as written
+    body: str
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+
+def doc_blocks() -> list[Block]:
+    out = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    found = []
+    for doc in out.split():
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            lang, _, rest = m.group("info").strip().partition(" ")
+            rest = rest.strip()
+            reason = rest.partition(":")[2].strip() if rest.startswith("fragment") else None
+            body = "".join(line[len(m.group("indent")) :] for line in m.group("body").splitlines(True))
+            found.append(Block(doc, text.count("\n", 0, m.start()) + 1, lang, reason, body))
+    return found
+
+
+BLOCKS = doc_blocks()
+
+
+def test_the_fence_pattern_reads_a_fragment_and_its_reason():
+    m = FENCE.search("text\n```sh fragment: needs Docker\ndocker ps\n```\n")
+    assert m and m.group("info") == "sh fragment: needs Docker" and m.group("body") == "docker ps\n"
+    assert len(BLOCKS) > 30 and any(b.fragment is None and b.lang == "console" for b in BLOCKS)
+
+
+def test_every_block_names_its_language_and_every_fragment_its_reason():
+    bad = [
+        f"{b}: {b.lang or 'no language'}"
+        for b in BLOCKS
+        if b.lang not in LANGUAGES or (b.fragment is not None and len(b.fragment) < 10)
+    ]
+    bad += [
+        f"{b}: {b.lang} cannot run here: mark it fragment"
+        for b in BLOCKS
+        if b.lang not in RUNNABLE | {"text"} and not b.fragment and (b.doc, b.lang) not in ELSEWHERE
+    ]
+    assert bad == []
+
+
+def test_blocks_run_by_another_test_name_one_that_reads_them():
+    used = {(b.doc, b.lang) for b in BLOCKS if b.fragment is None} & set(ELSEWHERE)
+    for doc, lang in sorted(used):
+        test = ROOT / ELSEWHERE[doc, lang]
+        assert test.is_file() and Path(doc).name in test.read_text(encoding="utf-8"), (doc, lang, test)
+
+
+def _runs_here(b: Block) -> bool:
+    return b.fragment is None and b.lang in RUNNABLE and (b.doc, b.lang) not in ELSEWHERE
+
+
+def _env() -> dict[str, str]:
+    import os
+    import sys
+
+    return os.environ | {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "COLUMNS": "200"}
+
+
+def _commands(body: str) -> list[tuple[str, str]]:
+    """A console block's (command, its output as shown)."""
+    pairs: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:], []))
+        else:
+            assert pairs, f"output before any command: {line}"
+            pairs[-1][1].append(line)
+    return [(cmd, "\n".join(out)) for cmd, out in pairs]
+
+
+def _check_config(doc: typing.Any, where: Block) -> None:
+    from loopwarden.schemas.config_check import check_document
+
+    if isinstance(doc, dict) and {"tools", "agents", "loopwarden"} & set(doc):
+        report = check_document(doc, str(where))
+        assert report.errors == [] and report.warnings == [], (str(where), report)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if _runs_here(b)], ids=str)
+def test_every_block_that_is_not_a_fragment_runs_as_written(block: Block, tmp_path: Path) -> None:
+    import json
+
+    if block.lang == "json":
+        _check_config(json.loads(block.body), block)
+    elif block.lang == "json5":
+        import pyjson5
+
+        _check_config(pyjson5.decode(block.body), block)
+    elif block.lang == "yaml":
+        import yaml
+
+        assert yaml.safe_load(block.body) is not None
+    elif block.lang == "python":
+        script = tmp_path / "block.py"
+        script.write_text(block.body)
+        out = subprocess.run(
+            [_env()["PATH"].split(":")[0] + "/python", str(script)],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+    elif block.lang == "sh":
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block.body],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert out.returncode == 0, out.stderr
+    else:
+        for command, shown in _commands(block.body):
+            out = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", command],
+                cwd=ROOT,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+            assert out.returncode == 0, (command, out.stderr)
+            got = TIMING.sub("N s", out.stdout.rstrip())
+            want = TIMING.sub("N s", shown.rstrip())
+            assert [line.rstrip() for line in got.splitlines()] == [line.rstrip() for line in want.splitlines()], (
+                command
+            )
+
+
+def test_every_python_block_compiles():
+    import ast
+
+    for b in BLOCKS:
+        if b.lang == "python":
+            compile(b.body, str(b), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def test_no_document_installs_loopwarden_by_name():
+    """loopwarden is on no package index (and the name there is anyone's): install commands are from the clone."""
+    by_name = re.compile(r"pip install\s+(?:-\w+\s+)*['\"]?loopwarden\b")
+    assert by_name.search("pip install 'loopwarden[sidecar]'") and by_name.search("pip install -U loopwarden")
+    assert not by_name.search("pip install '/path/to/loopwarden[mcp]'")
+    found = [
+        f"{name}: {m.group(0)}"
+        for name in tracked_files()
+        if name.endswith(".md")
+        for m in by_name.finditer((ROOT / name).read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert found == []
+
+
+def test_the_readmes_replay_suggestion_shows_what_it_says():
+    """The Commands table's `replay` to try, run as written: as many detections as it promises."""
+    import os
+    import sys
+
+    m = re.search(r"try `(loopwarden replay [^`]+)`: (\d+) detections", _readme())
+    assert m, "the README suggests no replay to try"
+    argv = [sys.executable, "-m", "loopwarden.cli", *m.group(1).split()[1:]]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"})
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert len(out.stdout.splitlines()) == int(m.group(2)) >= 10

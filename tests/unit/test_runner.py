@@ -95,7 +95,7 @@ async def test_routing_delivers_own_runs_once_and_feeds_gates():
     assert (client.stats.duplicates_dropped, client.stats.foreign_dropped) == (1, 1)
     # a verdict that answers a waiting gate is handed to it, not remembered as pending
     fut = asyncio.get_running_loop().create_future()
-    client._waiters[("r1", "c1")] = fut
+    client._waiters[(run.ident, "c1")] = fut
     client._on_verdict(b"r1", verdict("v3", "block", tool_call_id="c1"))
     assert fut.result().verdict_id == "v3" and run.state.pending_block is None
     await run.tool_call("read", tool_call_id="c0")  # not started: not published (counted), but the run made it
@@ -130,7 +130,7 @@ async def test_verdict_stream_subscribes_when_created():
     run = client.run("a", run_id="r1")
     stream = run.verdicts()  # nothing awaited yet: verdicts from here on are kept
     client._on_verdict(b"r1", verdict("v1", "abort"))
-    client.unregister("r1")
+    client.unregister(run.ident)
     assert [v.verdict_id async for v in stream] == ["v1"]
     assert [v async for v in client.verdicts("unknown")] == []
 
@@ -179,7 +179,7 @@ async def test_an_abort_that_answers_a_gate_is_remembered():
     client = LoopClient(bootstrap="kafka://127.0.0.1:1")  # not started: any publish would be counted
     run = client.run("a", run_id="r1")
     fut = asyncio.get_running_loop().create_future()
-    client._waiters[("r1", "c1")] = fut
+    client._waiters[(run.ident, "c1")] = fut
     abort = verdict("x", "abort", tool_call_id="c1", detector="compaction_loop_persisted")
     client._on_verdict(b"r1", abort)
     handed = fut.result()  # the verdict with its text built from its fields (client._on_verdict)

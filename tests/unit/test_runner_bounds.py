@@ -151,7 +151,7 @@ def test_a_run_owns_only_verdicts_of_its_calls_and_its_lifetime():
 async def test_a_verdict_with_oversized_identifiers_is_not_kept():
     # the seen-id LRU holds 65,536 ids: at a megabyte each that would be 64 GB
     client = LoopClient()
-    run = client.run("a", run_id="r1")
+    run = client.run("a", "s", run_id="r1")
     client._on_verdict(b"r1", make("x" * 1_000_000, event_ts=time.time()))
     client._on_verdict(b"r1", make("v1", event_ts=time.time(), warning_key="k" * 1_000_000))
     assert run.aborted is None and client.stats.undecodable == 2 and len(client._seen) == 0

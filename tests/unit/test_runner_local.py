@@ -175,6 +175,20 @@ def test_local_states_are_bounded():
     assert len(local) == 1
 
 
+async def test_a_blocked_in_process_run_keeps_its_block_past_its_end_and_a_flood():
+    """The engine's states: a run that had a verdict is evicted after every run that had none, and
+    keeps its state past run_end (RULES.md §11.3a): the same ids resumed are blocked again."""
+    client, out = local_client(max_local_runs=8)
+    run = client.run("a", "s", run_id="r1")
+    assert [d.action for d in await drive(run, 14)][-2:] == ["block", "block"]
+    await run.end()
+    for i in range(50):
+        await client.run("a", f"f{i}", run_id=f"f{i}").check("read", {"path": "a.md"})
+    again = await client.run("a", "s", run_id="r1").check("read", {"path": "a.md"})
+    assert (again.action, again.source) == ("block", "local")
+    assert client._local.evicted >= 40 and client._local.live(run.ident)
+
+
 # -- the outbox ------------------------------------------------------------------------
 
 

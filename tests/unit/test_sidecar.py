@@ -150,12 +150,12 @@ async def test_a_warning_under_the_profile_carries_the_release_note(http, monkey
     monkeypatch.setitem(globals(), "CONFIG", {"tools": {"loopDetection": {"enabled": True}}})
     client, _svc, _out = await http()
     answers = await loop_calls(client, 11)
-    assert answers[10]["action"] == "warn" and answers[10]["note"] is None
+    assert answers[10]["action"] == "warn" and "note" not in answers[10]
     profile = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
     monkeypatch.setitem(globals(), "CONFIG", profile)
     client, _svc, _out = await http()
     answers = await loop_calls(client, 11)
-    assert [a["note"] for a in answers[:10]] == [None] * 10
+    assert all("note" not in a for a in answers[:10])
     assert answers[10]["action"] == "warn" and answers[10]["note"] == (
         "[System note: Tool-loop warning after 10 repeated calls. "
         "Change your approach or stop if you are not making progress.]"
@@ -281,7 +281,9 @@ async def test_every_table_is_a_bounded_lru(http):
     for i in range(5):
         await client.post("/v1/check", json={"agent_id": "a", "session_id": f"s{i}", "tool_name": "read"})
     health = await (await client.get("/v1/health")).json()
-    assert health["tables"] == {
+    tables = health["tables"]
+    assert 0 < tables.pop("pending_bytes") < 2000  # two checks' ids, no params
+    assert tables == {
         "sessions": 3,
         "runs": 2,
         "pending": 2,  # a dropped run's pending checks go with it
@@ -289,6 +291,8 @@ async def test_every_table_is_a_bounded_lru(http):
         "max_runs": 2,
         "max_pending": 4,
         "max_body": 1 << 20,
+        "live_runs": 0,
+        "max_pending_bytes": 32 << 20,
     }
     assert len(svc.client._runs) == 2  # dropped runs are no longer registered with the client
     for _ in range(6):
@@ -355,7 +359,7 @@ async def test_unix_socket_is_0600_and_serves(tmp_path):
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::", "example.org"])
 def test_refuses_to_bind_beyond_loopback_without_a_token(host, capsys):
     parser = cli.build_parser()
-    args = parser.parse_args(["sidecar", "--host", host, "--config", "x.json"])
+    args = parser.parse_args(["sidecar", "--host", host, "--port", "0", "--config", "x.json"])
     assert args.func(args) == 2
     assert "beyond loopback" in capsys.readouterr().err
 

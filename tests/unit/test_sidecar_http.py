@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 
@@ -188,20 +189,136 @@ async def test_what_is_not_http_is_400_and_closed(serve, garbage):
     writer.close()
 
 
-async def test_connections_over_the_bound_are_503(serve):
-    server, port = await serve(max_connections=3)
-    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+async def test_idle_sockets_cannot_lock_clients_out(serve):
+    """F4: 1,024 idle sockets (the default bound) and more: a client's request is still answered, the
+    oldest idle socket giving up its slot, and every slot is free again once the idle ones are gone."""
+    server, port = await serve()
+    idle = []
+    for _ in range(ServerLimits().max_connections + 100):
+        sock = socket.socket()
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        idle.append(sock)
+    await asyncio.sleep(0.2)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    status, _, _ = await read_answer(reader)
-    assert status == 503 and await closed(reader)
-    assert server.counts.connections_refused == 1
-    held[0][1].close()
-    await asyncio.sleep(0.05)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)  # a freed place is taken again
     writer.write(post())
     assert (await read_answer(reader))[0] == 200
-    for _, w in held[1:]:
-        w.close()
+    assert len(server.connections) <= ServerLimits().max_connections
+    assert server.counts.connections_refused == 0 and server.counts.connections_evicted >= 100
+    writer.close()
+    for sock in idle:
+        sock.close()
+
+
+async def test_only_a_slot_answering_a_request_is_kept_and_then_newcomers_are_503(serve):
+    gate = asyncio.Event()
+
+    async def hold(request: Request) -> tuple[int, bytes]:
+        await gate.wait()
+        return 200, b"{}"
+
+    server = HTTPServer(hold, ServerLimits(max_connections=3))
+    port = int((await server.start("127.0.0.1", 0, None))[0].rsplit(":", 1)[1])
+    try:
+        busy = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        for _, w in busy:
+            w.write(post())
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        status, _, _ = await read_answer(reader)
+        assert status == 503 and await closed(reader)
+        assert server.counts.connections_refused == 1
+        gate.set()
+        for r, _ in busy:
+            assert (await read_answer(r))[0] == 200
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)  # answered: idle, so it yields its slot
+        writer.write(post())
+        assert (await read_answer(reader))[0] == 200
+        for _, w in busy:
+            w.close()
+        writer.close()
+    finally:
+        await server.close()
+
+
+async def guarded(request: Request) -> tuple[int, bytes]:
+    """A handler with a token, as the service's guard: 401 without it."""
+    if request.headers.get("authorization") != "Bearer t":
+        return 401, b"{}"
+    return 200, b"{}"
+
+
+async def test_unauthenticated_connections_have_a_small_budget_and_a_deadline(serve):
+    """F4: slots are not taken before the token is checked. Connections that have not passed the guard
+    share a budget of their own (past it, the oldest of them gives way, an authenticated one never) and
+    are closed when not authenticated within the deadline; a wrong token does not authenticate."""
+    limits = ServerLimits(max_connections=20, max_unauthenticated=4, auth_timeout=1.0)
+    server = HTTPServer(guarded, limits)
+    port = int((await server.start("127.0.0.1", 0, None))[0].rsplit(":", 1)[1])
+    auth = b"Authorization: Bearer t\r\n"
+    try:
+        good = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        for r, w in good:
+            w.write(post(extra=auth))
+            assert (await read_answer(r))[0] == 200
+        wrong = await asyncio.open_connection("127.0.0.1", port)
+        wrong[1].write(post(extra=b"Authorization: Bearer nope\r\n"))
+        assert (await read_answer(wrong[0]))[0] == 401
+        strangers = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]
+        await asyncio.sleep(0.1)
+        assert len(server.unauthenticated) <= 4 and len(server.connections) <= 3 + 4
+        for r in (wrong[0], strangers[0][0]):  # the oldest unauthenticated gave way
+            assert (await read_answer(r))[0] == 503 and await closed(r)
+        for r, w in good:  # the authenticated ones kept theirs
+            w.write(post(extra=auth))
+            assert (await read_answer(r))[0] == 200
+        late = strangers[-1]
+        status, _, _ = await read_answer(late[0])  # never authenticated: closed by the deadline
+        assert status == 408 and await closed(late[0])
+        for _, w in [*good, *strangers, wrong]:
+            w.close()
+    finally:
+        await server.close()
+
+
+async def test_one_peer_cannot_take_every_slot(serve):
+    """F4: a peer (an address on TCP) holds at most ``max_per_peer`` connections: past it its own oldest
+    gives way, and another peer still gets a slot."""
+    server, port = await serve(max_connections=8, max_per_peer=4)
+    loop = asyncio.get_running_loop()
+    flood = []
+    for _ in range(20):
+        sock = socket.socket()
+        sock.bind(("127.0.0.2", 0))
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        sock.sendall(post())  # authenticated (no token here): still only four of them
+        flood.append(sock)
+    await asyncio.sleep(0.2)
+    assert server.per_peer[("ip", "127.0.0.2")] <= 4
+    assert server.counts.connections_refused == 0
+    other = socket.socket()
+    other.bind(("127.0.0.3", 0))
+    other.setblocking(False)
+    await loop.sock_connect(other, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=other)
+    writer.write(post())
+    assert (await read_answer(reader))[0] == 200
+    writer.close()
+    for sock in flood:
+        sock.close()
+
+
+async def test_every_header_field_counts_toward_the_bound_repeated_names_too(serve):
+    """F12: 500 repeats of one field are 500 fields, not one."""
+    server, port = await serve()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post(extra=b"X-A: 1\r\n" * 500))
+    status, _, body = await read_answer(reader)
+    assert status == 431 and b"too many header fields" in body and await closed(reader)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post(extra=b"X-A: 1\r\n" * 60))  # within the bound
+    assert (await read_answer(reader))[0] == 200
     writer.close()
 
 

@@ -103,3 +103,28 @@ def test_a_compressed_batch_past_the_decompression_bound_is_one_mark(monkeypatch
     assert aiokafka_records.bounded_gzip_decode(two) == b"a" * 100 + b"b" * 100
     with pytest.raises(EOFError):
         aiokafka_records.bounded_gzip_decode(gzip.compress(b"a" * 100)[:-9])
+
+
+def test_a_batch_past_the_bound_peaks_near_the_bound(monkeypatch):
+    """F13: a small gzip batch of bad records that inflates past the bound is one mark, and reading it
+    holds about the bound, not three times it (zlib's blocks and their join, a traceback keeping the
+    first inflation alive while the Python parser inflated the batch again). Scaled: the bound is
+    8 MiB, the batch 100 bad records of 128 KiB (`loopwarden`'s 64 MiB and 1 MiB: +192 -> +66 MiB of
+    RSS, measured)."""
+    import tracemalloc
+
+    from loopwarden.internals import aiokafka_records
+
+    aiokafka_records.install()
+    bound = 8 << 20
+    monkeypatch.setattr(aiokafka_records, "MAX_DECOMPRESSED", bound)
+    batch = encode_batch([(b"k%d" % i, b"\x01" * (128 << 10), [(BAD_KEY, b"x")]) for i in range(100)], 1)
+    assert len(batch) < 64 << 10
+    tracemalloc.start()
+    try:
+        (mark,) = read(batch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "expands past 8388608 bytes" in unreadable(mark.key, mark.value, mark.headers)
+    assert peak < bound * 1.25, peak / bound

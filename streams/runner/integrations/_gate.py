@@ -61,7 +61,7 @@ class Gate:
             run = self._runs[ref.key] = self.client.run(ref.agent_id, ref.session_id, ref.run_id)
             if len(self._runs) > self._max_runs:  # a runner that never ends its runs stays bounded
                 _key, old = self._runs.popitem(last=False)
-                self.client.unregister(old.key)
+                self.client.unregister(old.ident)
         else:
             self._runs.move_to_end(ref.key)
         return run

@@ -3,17 +3,30 @@
 // OpenClaw decides loops per run, in-process; the service sees the whole fleet (other runs, agents,
 // gateways). `before_tool_call` sends the call to `POST /v1/check` and blocks it with the service's
 // text when the verdict says so; `after_tool_call` sends the outcome to `POST /v1/result`;
-// `agent_end` ends the run (`POST /v1/run_end`). Plain ESM, no dependencies: Node's global `fetch`.
+// `agent_end` ends the run (`POST /v1/run_end`). Plain ESM, no dependencies: Node's `http` over the
+// service's Unix socket (by default `~/.loopwarden/run/sidecar.sock`, the service's own default), or
+// the global `fetch` for an `http://` URL.
+//
+// Nothing is sent to a listener that is not this user's service: the socket's folder must be owned
+// by this user (or root) and writable by no one else, and the socket too (Node cannot read a Unix
+// socket peer's uid, so the folder and the socket file's owner stand for it); a loopback TCP port
+// must be listened on by this user (or root), read from Linux's /proc/net/tcp. The model is shown
+// the service's text only from a listener so checked; otherwise (TCP beyond loopback, no /proc) the
+// text is built here from the verdict's fields.
 //
 // The service is advisory from OpenClaw's point of view: OpenClaw fails a `before_tool_call` hook
 // closed (blocks the call) when it throws or takes longer than 15 s, so this plugin never throws
 // and gives up after its own short timeout (`timeoutMs`, default 250 ms): loopwarden trouble
 // allows the call, logs one line and is counted.
 
-import { readFileSync } from "node:fs";
+import { lstatSync, readFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
 
 export const PLUGIN_ID = "loopwarden";
-export const DEFAULT_URL = "http://127.0.0.1:7766";
+/** The service's default socket (as `loopwarden.hooks.service.default_socket`): no port to agree on. */
+export const DEFAULT_URL = `unix:${join(homedir(), ".loopwarden", "run", "sidecar.sock")}`;
 export const DEFAULT_TIMEOUT_MS = 250;
 const MIN_TIMEOUT_MS = 10;
 const MAX_TIMEOUT_MS = 10_000;
@@ -23,11 +36,98 @@ const MAX_RESULT_CHARS = 65_536; // a result beyond this is sent as its first ch
 const MAX_PENDING = 4096; // calls between before and after, remembered for the outcome
 const LOG_EVERY_MS = 30_000; // repeated failures of one kind: one log line per this long
 const BLOCKED = "Tool call blocked by loop detection.";
+const MAX_ANSWER = 1 << 20; // bytes of an answer read over the socket
+const FIELD_TEXT = {
+  warn: "Warning: this looks like a tool-call loop",
+  block: "Tool call blocked by loop detection",
+  abort: "CRITICAL: run aborted by loop detection",
+};
+
+/** A verdict's text from its fields alone (as `loopwarden.hooks.service.field_text`), for a service whose own text cannot be trusted. */
+export function fieldText(action, detector, count) {
+  const text = FIELD_TEXT[action] ?? FIELD_TEXT.block;
+  const parts = [];
+  if (typeof detector === "string" && /^[A-Za-z_]{1,64}$/.test(detector)) parts.push(detector);
+  if (Number.isInteger(count) && count > 0 && count <= 1_000_000) parts.push(`${count} calls`);
+  return parts.length ? `${text} (${parts.join(", ")}).` : `${text}.`;
+}
+
+function trustedUid(uid) {
+  return uid === 0 || uid === process.getuid?.();
+}
+
+/** Throws unless `path`'s folder and the socket in it are this user's (or root's) and no one else may write the folder. */
+export function checkSocket(path) {
+  const folder = lstatSync(dirname(path));
+  if (!folder.isDirectory() || !trustedUid(folder.uid) || folder.mode & 0o022) {
+    throw Object.assign(new Error(`the socket's folder ${dirname(path)} is not this user's alone`), { code: "UNTRUSTED" });
+  }
+  const sock = lstatSync(path);
+  if (!sock.isSocket() || !trustedUid(sock.uid)) {
+    throw Object.assign(new Error(`${path} is not this user's socket`), { code: "UNTRUSTED" });
+  }
+}
+
+function hexAddress(host, port) {
+  const p = port.toString(16).toUpperCase().padStart(4, "0");
+  if (host === "::1") return [`${"0".repeat(24)}01000000:${p}`, `${"0".repeat(32)}:${p}`];
+  const ip = host.split(".").map((n) => Number(n).toString(16).toUpperCase().padStart(2, "0")).reverse().join("");
+  return [`${ip}:${p}`, `00000000:${p}`, `${"0".repeat(32)}:${p}`];
+}
+
+/**
+ * Who listens on a loopback `host:port`: true (this user or root), throws (another user), null (not
+ * loopback, or Linux's /proc/net/tcp cannot be read: usable, but its text is not shown to the model).
+ */
+export function checkTcpListener(host, port, readFile = readFileSync) {
+  if (!(host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host) || host === "localhost")) return null;
+  const wanted = new Set(hexAddress(host === "localhost" ? "127.0.0.1" : host, port));
+  let readable = false;
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    let text;
+    try {
+      text = readFile(table, "ascii");
+    } catch {
+      continue;
+    }
+    readable = true;
+    for (const line of text.split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length > 7 && f[3] === "0A" && wanted.has(f[1])) {
+        if (trustedUid(Number(f[7]))) return true;
+        throw Object.assign(new Error(`${host}:${port} is listened on by uid ${f[7]}, not this user`), { code: "UNTRUSTED" });
+      }
+    }
+  }
+  if (!readable) return null;
+  throw Object.assign(new Error(`nothing of this user's listens on ${host}:${port}`), { code: "ECONNREFUSED" });
+}
+
+/** One POST over a Unix socket: the answer's status and JSON (Node's `http` with `socketPath`). */
+function postUnix(socketPath, path, headers, body, signal) {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest({ socketPath, path, method: "POST", headers: { ...headers, host: "localhost" }, signal }, (res) => {
+      const chunks = [];
+      let size = 0;
+      res.on("data", (chunk) => {
+        size += chunk.length;
+        if (size > MAX_ANSWER) req.destroy(new Error("answer too large"));
+        else chunks.push(chunk);
+      });
+      res.on("end", () => resolve({ status: res.statusCode, text: Buffer.concat(chunks).toString("utf8") }));
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
 
 /** The plugin's settings from its config block (`plugins.entries.loopwarden.config`) and the environment. */
 export function settingsFrom(config = {}, env = process.env) {
   const cfg = config && typeof config === "object" ? config : {};
-  const url = String(cfg.url || env.LOOPWARDEN_SIDECAR_URL || DEFAULT_URL).replace(/\/+$/, "");
+  const home = env.HOME ? join(env.HOME, ".loopwarden", "run", "sidecar.sock") : null;
+  const fallback = home ? `unix:${home}` : DEFAULT_URL;
+  const url = String(cfg.url || env.LOOPWARDEN_SIDECAR_URL || fallback).replace(/\/+$/, "");
   const raw = Number(cfg.timeoutMs ?? env.LOOPWARDEN_OPENCLAW_TIMEOUT_MS ?? DEFAULT_TIMEOUT_MS);
   const timeoutMs = Number.isFinite(raw) ? Math.min(Math.max(Math.round(raw), MIN_TIMEOUT_MS), MAX_TIMEOUT_MS) : DEFAULT_TIMEOUT_MS;
   const tokenFile = cfg.tokenFile || env.LOOPWARDEN_SIDECAR_TOKEN_FILE || null;
@@ -66,7 +166,10 @@ function resultBody(result) {
  * The hooks' logic without OpenClaw: `beforeToolCall(event, ctx)` and `afterToolCall(event, ctx)` take
  * OpenClaw's hook arguments; `stats` counts what happened. `fetchImpl`, `logger` and `now` are for tests.
  */
-export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = console, now = Date.now } = {}) {
+export function createGuard(
+  settings,
+  { fetchImpl = globalThis.fetch, logger = console, now = Date.now, checkListener = checkTcpListener } = {},
+) {
   const stats = {
     checks: 0,
     allowed: 0,
@@ -77,6 +180,7 @@ export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = c
     reported: 0,
     reportErrors: 0, // results / run ends that did not reach the service
     tokenErrors: 0,
+    untrusted: 0, // requests not sent: the listener is not this user's service
   };
   const lastLogged = new Map(); // failure kind -> time of its last log line
   const pending = new Map(); // call key -> { checked: true, warning?: string }
@@ -118,26 +222,35 @@ export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = c
     if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value);
   }
 
+  /** The answer's JSON and whether the listener was checked to be this user's service (its text may be shown). */
   async function post(path, body, signal) {
     const headers = { "content-type": "application/json" };
     if (token) headers.authorization = `Bearer ${token}`;
     const timeout = AbortSignal.timeout(settings.timeoutMs);
-    const response = await fetchImpl(settings.url + path, {
-      method: "POST",
-      headers,
-      body: JSON.stringify(body),
-      signal: signal && AbortSignal.any ? AbortSignal.any([timeout, signal]) : timeout,
-    });
+    const both = signal && AbortSignal.any ? AbortSignal.any([timeout, signal]) : timeout;
+    const data = JSON.stringify(body);
+    if (settings.url.startsWith("unix:")) {
+      const socketPath = settings.url.slice("unix:".length);
+      checkSocket(socketPath); // before a byte is sent
+      const { status, text } = await postUnix(socketPath, path, headers, data, both);
+      if (status !== 200) throw new Error(`HTTP ${status}`);
+      return { answer: JSON.parse(text), trusted: true };
+    }
+    const target = new URL(settings.url + path);
+    const port = Number(target.port || 80);
+    const trusted = checkListener(target.hostname.replace(/^\[|\]$/g, ""), port) === true;
+    const response = await fetchImpl(target.href, { method: "POST", headers, body: data, signal: both });
     if (!response.ok) {
       await response.body?.cancel?.().catch(() => {});
       throw new Error(`HTTP ${response.status}`);
     }
-    return response.json();
+    return { answer: await response.json(), trusted };
   }
 
   function failureKind(err) {
     const name = err?.name || "";
     if (name === "TimeoutError" || name === "AbortError") return "timeout";
+    if (err?.code === "UNTRUSTED") return "untrusted";
     return "unavailable";
   }
 
@@ -146,8 +259,9 @@ export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = c
     const ref = ids(event, ctx);
     const callId = bounded(event?.toolCallId || ctx?.toolCallId);
     let answer;
+    let trusted = false;
     try {
-      answer = await post(
+      ({ answer, trusted } = await post(
         "/v1/check",
         {
           ...ref,
@@ -156,27 +270,30 @@ export function createGuard(settings, { fetchImpl = globalThis.fetch, logger = c
           tool_call_id: callId,
         },
         ctx?.abortSignal,
-      );
+      ));
       if (!answer || typeof answer !== "object" || typeof answer.action !== "string") throw new Error("bad answer");
     } catch (err) {
       stats.failOpen += 1;
       const kind = failureKind(err);
       if (kind === "timeout") stats.failOpenTimeout += 1;
+      if (kind === "untrusted") stats.untrusted += 1;
       logFailure(
-        kind === "timeout" ? "check timed out" : "check failed",
+        kind === "timeout" ? "check timed out" : kind === "untrusted" ? "check not sent" : "check failed",
         kind === "timeout" ? `no answer within ${settings.timeoutMs} ms` : String(err?.cause?.code || err?.message || err),
       );
       return undefined;
     }
     const key = callKey(ref, bounded(answer.tool_call_id) || callId);
+    // the model reads the service's words only from this user's own service; else words from the fields
+    const text = (action, fallback) => (trusted ? shown(answer.message, fallback) : fieldText(action, answer.detector, answer.count));
     if (answer.proceed === false || answer.action === "block" || answer.action === "abort") {
       stats.blocked += 1;
       remember(key, { checked: true });
-      return { block: true, blockReason: shown(answer.message, BLOCKED) };
+      return { block: true, blockReason: text(answer.action === "abort" ? "abort" : "block", BLOCKED) };
     }
     if (answer.action === "warn") {
       stats.warned += 1;
-      const warning = shown(answer.message, null);
+      const warning = text("warn", null);
       remember(key, { checked: true, warning });
       if (warning) logger.warn(`[loopwarden] ${ref.agent_id} ${event?.toolName}: ${warning}`);
       return undefined;
