@@ -121,7 +121,7 @@ def run_cases(path: Path, node_version: str, env: dict[str, str], timeout: float
 def test_client_cases_pass(service, tmp_path):
     """The client alone (Node 20, no framework): transports, token, bounds, failing open."""
     out = run_cases(project(tmp_path) / "client.test.mjs", "20", service)
-    assert "# fail 0" in out and "# pass 9" in out, out[-3000:]
+    assert "# fail 0" in out and "# pass 10" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))

@@ -1,6 +1,7 @@
 // Types of @loopwarden/client (index.js): the client of the local decision service (`loopwarden sidecar`).
 
-export declare const DEFAULT_URL: "http://127.0.0.1:7766";
+/** `unix:~/.loopwarden/run/sidecar.sock`: the service's default socket. */
+export declare function defaultUrl(env?: Record<string, string | undefined>): string;
 export declare const DEFAULT_TIMEOUT_MS: number;
 export declare const MAX_RESULT_CHARS: number;
 export declare const MAX_MESSAGE: number;
@@ -51,6 +52,8 @@ export interface ClientStats {
   sendErrors: number;
   /** Results and params sent as their digest (over 64 KiB). */
   digested: number;
+  /** Requests not sent: the listener is not this user's service. */
+  untrusted: number;
 }
 
 export interface Logger {
@@ -58,7 +61,7 @@ export interface Logger {
 }
 
 export interface ClientOptions {
-  /** `http://HOST:PORT` or `unix:/PATH`; default `$LOOPWARDEN_SIDECAR_URL`, else http://127.0.0.1:7766. */
+  /** `http://HOST:PORT` or `unix:/PATH`; default `$LOOPWARDEN_SIDECAR_URL`, else the service's default socket. */
   url?: string;
   /** The service's Unix socket (instead of `url`). */
   socketPath?: string;
@@ -176,3 +179,9 @@ export declare function warningNote(decision: Partial<Decision> | null | undefin
 export declare function withWarning(result: unknown, decision: Partial<Decision>): string;
 export declare function resolveAddress(options?: ClientOptions, env?: Record<string, string | undefined>): LoopClient["address"];
 export declare function newRunId(): string;
+/** A verdict's text from its fields alone (for a service that could not be checked). */
+export declare function fieldText(action: Action, detector?: string | null, count?: number | null): string;
+/** Throws unless the socket and its folder are this user's alone. */
+export declare function checkSocket(path: string): void;
+/** true: this user's (or root's) listener; null: cannot be checked; throws: another user's, or none. */
+export declare function checkTcpListener(host: string, port: number): true | null;

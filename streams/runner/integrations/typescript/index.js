@@ -14,8 +14,15 @@
 import http from "node:http";
 import { createHash, randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 
-export const DEFAULT_URL = "http://127.0.0.1:7766";
+import { checkSocket, checkTcpListener, fieldText } from "./listener.js";
+
+/** The service's default socket (`loopwarden.hooks.service.default_socket`): no port to agree on. */
+export function defaultUrl(env = process.env) {
+  return `unix:${join(env.HOME || homedir(), ".loopwarden", "run", "sidecar.sock")}`;
+}
 export const DEFAULT_TIMEOUT_MS = 500;
 const MIN_TIMEOUT_MS = 10;
 const MAX_TIMEOUT_MS = 60_000;
@@ -28,6 +35,7 @@ const MAX_DETAIL = 1024;
 export const MAX_BATCH = 128; // calls in one /v1/check_batch
 const MAX_ANSWER_BYTES = 1 << 20;
 const LOG_EVERY_MS = 30_000;
+const LISTENER_CHECK_MS = 1000; // a TCP listener's owner is read again after this long
 export const BLOCKED_TEXT = "Tool call blocked by loop detection.";
 export const WARN_PREFIX = "\n\n[loopwarden] ";
 
@@ -113,10 +121,11 @@ export function withWarning(result, decision) {
   return (text ?? String(result)) + note;
 }
 
-/** The service's address: `url` (http://HOST:PORT or unix:/PATH) or `socketPath`, else $LOOPWARDEN_SIDECAR_URL, else the default. */
+/** The service's address: `url` (http://HOST:PORT or unix:/PATH) or `socketPath`, else $LOOPWARDEN_SIDECAR_URL, else
+ * the service's default socket, `~/.loopwarden/run/sidecar.sock`. */
 export function resolveAddress(options = {}, env = process.env) {
   if (options.socketPath) return { socketPath: String(options.socketPath), host: "localhost", port: undefined, prefix: "", url: `unix:${options.socketPath}` };
-  const url = String(options.url || env.LOOPWARDEN_SIDECAR_URL || DEFAULT_URL).replace(/\/+$/, "");
+  const url = String(options.url || env.LOOPWARDEN_SIDECAR_URL || defaultUrl(env)).replace(/\/+$/, "");
   if (url.startsWith("unix:")) return { socketPath: url.slice(5), host: "localhost", port: undefined, prefix: "", url };
   let parsed;
   try {
@@ -144,12 +153,14 @@ class ServiceError extends Error {
   }
 }
 
-/** A check's answer in JavaScript's naming. `proceed`: run the tool (allow, warn). */
-function decisionFrom(answer, call) {
+/** A check's answer in JavaScript's naming. `proceed`: run the tool (allow, warn). From a service that could not
+ * be checked (`trusted` false) the text for the model is rebuilt from the answer's fields. */
+function decisionFrom(answer, call, trusted = true) {
+  const own = typeof answer.message === "string" ? answer.message : null;
   return {
     action: answer.action,
     proceed: answer.proceed === true || answer.action === "allow" || answer.action === "warn",
-    message: typeof answer.message === "string" ? answer.message : null,
+    message: trusted || answer.action === "allow" ? own : fieldText(answer.action, answer.detector, answer.count),
     detector: answer.detector ?? null,
     count: answer.count ?? null,
     level: answer.level ?? null,
@@ -157,7 +168,7 @@ function decisionFrom(answer, call) {
     source: answer.source ?? "local",
     failedOpen: answer.failed_open === true,
     recovery: answer.recovery ?? null,
-    note: typeof answer.note === "string" ? answer.note : null,
+    note: trusted && typeof answer.note === "string" ? answer.note : null,
     runId: answer.run_id || call.runId || null,
     toolCallId: answer.tool_call_id || call.toolCallId || null,
     toolName: call.toolName,
@@ -213,11 +224,14 @@ export class LoopClient {
       acksSent: 0,
       sendErrors: 0, // results, acks, run starts and ends that did not reach the service
       digested: 0, // results and params sent as their digest
+      untrusted: 0, // requests not sent: the listener is not this user's service
     };
     // idle connections are closed before the service's own 60 s would close them under a request
     this._agent = new http.Agent({ keepAlive: true, maxSockets: 32, maxFreeSockets: 8, timeout: 30_000 });
     this._lastLogged = new Map();
     this._now = options.now ?? Date.now;
+    this._listeners = new Map(); // host:port -> its last check (a TCP listener's owner is read from /proc)
+    this._readFile = options.readFile ?? readFileSync;
   }
 
   /** A handle on one run: `ids` are the agent, its session and the run (null: the session's current run). */
@@ -232,14 +246,41 @@ export class LoopClient {
   /** One POST; the answer's JSON, or a thrown `LoopwardenServiceError`. Within `timeoutMs` in all: a kept-alive
    * connection the service closed meanwhile (it drops idle ones after 60 s) is retried once on a new one. */
   async request(path, body, { signal } = {}) {
+    return (await this._exchange(path, body, signal)).answer;
+  }
+
+  /** `{answer, trusted}`: the answer, and whether the listener was checked to be this user's service. */
+  async _exchange(path, body, signal) {
+    const trusted = this._authenticate(); // before a byte is sent
     const data = Buffer.from(JSON.stringify(body), "utf8");
     const deadline = this._now() + this.timeoutMs;
     try {
-      return await this._post(path, data, this.timeoutMs, signal);
+      return { answer: await this._post(path, data, this.timeoutMs, signal), trusted };
     } catch (err) {
       const left = deadline - this._now();
       if (!err.stale || left <= 0) throw err;
-      return this._post(path, data, left, signal);
+      return { answer: await this._post(path, data, left, signal), trusted };
+    }
+  }
+
+  /** True: this user's service; false: a listener that cannot be checked (used, its text not shown); throws: not ours. */
+  _authenticate() {
+    const { socketPath, host, port } = this.address;
+    try {
+      if (socketPath) {
+        checkSocket(socketPath);
+        return true;
+      }
+      const key = `${host}:${port}`;
+      const t = this._now();
+      const cached = this._listeners.get(key);
+      if (cached && t - cached.at < LISTENER_CHECK_MS) return cached.trusted;
+      const trusted = checkTcpListener(host, port, this._readFile) === true;
+      this._listeners.set(key, { at: t, trusted });
+      return trusted;
+    } catch (err) {
+      if (err?.code === "UNTRUSTED") throw new ServiceError("untrusted", err.message);
+      throw new ServiceError("unavailable", err?.code || err?.message || String(err));
     }
   }
 
@@ -319,7 +360,9 @@ export class LoopClient {
     this.stats.failOpen += 1;
     if (err?.kind === "timeout") this.stats.failOpenTimeout += 1;
     else this.stats.failOpenError += 1;
-    this._log(err?.kind === "timeout" ? "check timed out" : "check failed", err?.message || String(err));
+    if (err?.kind === "untrusted") this.stats.untrusted += 1;
+    const kind = { timeout: "check timed out", untrusted: "check not sent" }[err?.kind] ?? "check failed";
+    this._log(kind, err?.message || String(err));
     return err?.kind === "timeout" ? "timeout" : "error";
   }
 
@@ -338,17 +381,18 @@ export class LoopClient {
     this.stats.checks += 1;
     const call = this._call(run, toolName, params, toolCallId);
     let answer;
+    let trusted;
     try {
-      answer = await this.request(
+      ({ answer, trusted } = await this._exchange(
         "/v1/check",
         { ...run.ids, tool_name: call.toolName, params: call.params, tool_call_id: call.toolCallId },
-        { signal },
-      );
+        signal,
+      ));
       if (!answer || !ACTIONS.has(answer.action)) throw new ServiceError("bad_answer", "an answer without an action");
     } catch (err) {
       return failOpen(call, this._failed(err), run.ids.run_id);
     }
-    const decision = decisionFrom(answer, call);
+    const decision = decisionFrom(answer, call, trusted);
     this._count(decision);
     run._saw(decision);
     return decision;
@@ -361,12 +405,13 @@ export class LoopClient {
       const part = built.slice(i, i + MAX_BATCH);
       this.stats.checks += part.length;
       let answer;
+      let trusted;
       try {
-        answer = await this.request(
+        ({ answer, trusted } = await this._exchange(
           "/v1/check_batch",
           { ...run.ids, calls: part.map((c) => ({ tool_name: c.toolName, params: c.params, tool_call_id: c.toolCallId })) },
-          { signal },
-        );
+          signal,
+        ));
         const ds = answer?.decisions;
         if (!Array.isArray(ds) || ds.length !== part.length || !ds.every((d) => d && ACTIONS.has(d.action))) {
           throw new ServiceError("bad_answer", "a batch answer that does not match its calls");
@@ -379,7 +424,7 @@ export class LoopClient {
         continue;
       }
       for (let j = 0; j < part.length; j++) {
-        const decision = decisionFrom(answer.decisions[j], part[j]);
+        const decision = decisionFrom(answer.decisions[j], part[j], trusted);
         this._count(decision);
         run._saw(decision);
         out.push(decision);
@@ -390,11 +435,18 @@ export class LoopClient {
 
   async _send(path, body, counter) {
     try {
-      const answer = await this.request(path, body);
+      const { answer, trusted } = await this._exchange(path, body);
       if (counter) this.stats[counter] += 1;
+      if (!trusted && answer && typeof answer === "object") {
+        // a result's warning or abort: the text for a model is rebuilt from what it is
+        for (const [key, action] of [["warning", "warn"], ["abort", "abort"]]) {
+          if (answer[key] && typeof answer[key] === "object") answer[key] = { ...answer[key], message: fieldText(action) };
+        }
+      }
       return answer;
     } catch (err) {
       this.stats.sendErrors += 1;
+      if (err?.kind === "untrusted") this.stats.untrusted += 1;
       this._log(`${path} not reported`, err?.message || String(err));
       return null;
     }
@@ -488,3 +540,4 @@ export function newRunId() {
 }
 
 export { Gate } from "./gate.js";
+export { checkSocket, checkTcpListener, fieldText } from "./listener.js";
