@@ -91,7 +91,9 @@ class CheckBatchResponse(msgspec.Struct, kw_only=True):
 class ResultRequest(_RunRequest, kw_only=True):
     """``POST /v1/result``: the call's outcome. Without ``tool_call_id`` it pairs with the run's oldest
     pending check of the same ``tool_name`` and ``params``. ``blocked``: the host refused the call (the
-    veto reached the model), so the block or abort is acknowledged as applied."""
+    veto reached the model), so the block or abort is acknowledged as applied. ``pending_only``: an
+    outcome read back later (a host's transcript), recorded only while its check awaits one, so an
+    outcome already reported is never recorded twice."""
 
     tool_call_id: _Id | None = None
     tool_name: _ToolName | None = None
@@ -99,6 +101,7 @@ class ResultRequest(_RunRequest, kw_only=True):
     result: Raw | UnsetType = UNSET
     error: Raw | UnsetType = UNSET
     blocked: bool = False
+    pending_only: bool = False
 
 
 class AckRequest(_RunRequest, kw_only=True):

@@ -79,7 +79,8 @@ def ping_pong(h: History, sig: str) -> PingPong:
     n = len(args)
     # The current call must be B, the nearest older signature differing from
     # A = args[-1]; with a tail of at least 2 that means args[-2] == sig != A.
-    if n < 2 or args[-1] == sig or args[-2] != sig:
+    # B's tool name must not be blank (OpenClaw: `!otherToolName`, step 2).
+    if n < 2 or args[-1] == sig or args[-2] != sig or not h.tools[-2]:
         return _NO_PING_PONG
     a = args[-1]
     k = 2

@@ -21,7 +21,7 @@ from loopwarden.detection.buckets import dedup_key, should_emit
 from loopwarden.detection.cost import Charge
 from loopwarden.detection.detectors import Finding, decide
 from loopwarden.detection.history import record_outcome
-from loopwarden.detection.latest_hashing import KIND_NONE, KIND_VETO, LATEST_HASHER, VETO, mutation_target
+from loopwarden.detection.latest_hashing import KIND_NONE, KIND_VETO, LATEST_HASHER, VETO, CallInfo, mutation_target
 from loopwarden.detection.payloads import HASHER, CallKey, ResultKey
 from loopwarden.detection.state import MAX_BLOCKED_CALLS, RunState, RunUsage, expect_veto
 from loopwarden.detection.tools import normalize_tool_name
@@ -180,6 +180,13 @@ def _on_result(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Ext
 # --- the openclaw-latest profile (loopwarden.detection.latest): the same caller, the newest rules ---
 
 
+def _judged(tool: str, raw: bytes, info: CallInfo) -> tuple[str, CallInfo]:
+    """The name and call a call is judged under (RULES.md L1.4): its own, but ``tool`` for a blank name."""
+    if tool:
+        return tool, info
+    return "tool", LATEST_HASHER.call_info("tool", raw)
+
+
 def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: Extensions) -> StepResult:
     tool = normalize_tool_name(event.tool_name)
     raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
@@ -194,15 +201,17 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
         u = cost.start(state)
     charge = None
     if cfg.enabled:
-        finding = latest.decide(h, x, tool, sig, info.known_poll, target)
+        judged, seen = _judged(tool, raw, info)
+        finding = latest.decide(h, x, judged, seen.sig, seen.known_poll, target)
         if finding is not None:
-            detection = _detection(state, event, tool, finding, ext)
+            detection = _detection(state, event, judged, finding, ext)
             detections = (detection,)
             if u is not None:
                 charge = cost.charge(u, h, detection, sig, *cost.of_call(u, event.usage))
             if detection.action == "block" and not detection.shadow:
-                # Not executed, not recorded: the veto is recorded now, before any later call is examined.
-                appended = latest.record_outcome(h, x, tool, sig, event.tool_call_id, VETO, target)
+                # Not executed, not recorded: the veto is recorded now, before any later call is examined
+                # (the release records it only for a call whose own key is the judged one: not a blank name).
+                appended = tool == judged and latest.record_outcome(h, x, tool, sig, event.tool_call_id, VETO, target)
                 if u is not None:
                     cost.align(u, h, appended)
                 return _new(StepResult, (state, detections, False, False, charge))
@@ -257,9 +266,12 @@ def _call_key(event: ToolCall) -> tuple[str, str, str | None]:
 
 
 def action_key(event: ToolCall) -> tuple[str, str]:
-    """A call's tool and signature under the profile (the release's ``actionKey``)."""
+    """The tool and signature a call is judged under (the release's ``actionKey``; a blank name is ``tool``)."""
     tool, sig, _ = _call_key(event)
-    return tool, sig
+    if tool:
+        return tool, sig
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    return "tool", LATEST_HASHER.call_info("tool", raw).sig
 
 
 def open_batch(state: RunState, calls: int) -> None:

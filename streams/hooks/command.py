@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from loopwarden.hooks.exchange import drive, exchange
+from loopwarden.hooks.exchange import drive, exchange, flatten_deep
 from loopwarden.hooks.hosts import HOSTS, Host
 from loopwarden.hooks.service import Service, read_token
 
@@ -65,6 +65,15 @@ def parse_args(argv: list[str]) -> Options:
     return opts
 
 
+def _parse(stdin: bytes) -> object:
+    """The hook input; input nested too deep for ``json`` has its deepest parts digested, so the
+    call is still decided (exchange.flatten_deep)."""
+    try:
+        return json.loads(stdin)
+    except RecursionError:
+        return json.loads(flatten_deep(stdin))
+
+
 def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
     """(stdout, stderr) of one hook invocation; never raises."""
     try:
@@ -73,8 +82,8 @@ def run_hook(argv: list[str], stdin: bytes) -> tuple[str, str]:
         return "", f"loopwarden hook: {exc}; allowing\n"
     try:
         try:
-            data = json.loads(stdin) if len(stdin) <= MAX_INPUT else None
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past what the parser takes
+            data = _parse(stdin) if len(stdin) <= MAX_INPUT else None
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past what even flattening takes
             data = None
         if not isinstance(data, dict):
             return "", "loopwarden hook: the hook input is not a JSON object (or too large); allowing\n"

@@ -32,6 +32,7 @@ from loopwarden.otel.mapping import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     GAP_BARE_ARGUMENTS,
     GAP_NO_RESULT,
+    Announced,
     family,
     map_spans,
     relevant,
@@ -121,8 +122,11 @@ def _inexact(counts: SpanCounts, fam: str, gap: str) -> None:
         log.warning("spans of %s: %s (counted as inexact %s)", fam, _GAP_TEXT.get(gap, gap), key)
 
 
-def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = None) -> list[Out]:
-    """One exporter record -> the events (keyed by run) and dead letters to publish, in order."""
+def translate(
+    record: Any, settings: SpanSettings, counts: SpanCounts | None = None, announced: Announced | None = None
+) -> list[Out]:
+    """One exporter record -> the events (keyed by run) and dead letters to publish, in order.
+    ``announced``: the tool calls models announced in earlier records (kept by the consumer)."""
     counts = counts if counts is not None else SpanCounts()
     counts.records += 1
     dlq = settings.dead_letter_topic
@@ -135,7 +139,7 @@ def translate(record: Any, settings: SpanSettings, counts: SpanCounts | None = N
             record.value, settings.encoding, settings.max_request_bytes, settings.max_spans, keep=relevant
         )
         counts.spans += len(spans)
-        mapped = map_spans(spans, settings.max_payload_bytes)
+        mapped = map_spans(spans, settings.max_payload_bytes, announced)
     except SpanDecodeError as exc:
         counts.dead[exc.reason] += 1
         return [Out(dlq, record.key, _dead_letter(exc.reason, exc.detail, record, record.value))]
@@ -164,6 +168,7 @@ class SpanIngest:
     def __init__(self, settings: SpanSettings) -> None:
         self.settings = settings
         self.counts = SpanCounts()
+        self.announced = Announced()  # across records: a tool span and its tools node may be exported apart
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -225,7 +230,7 @@ class SpanIngest:
                 outgoing: list[Out] = []
                 for records in batch.values():
                     for record in records:
-                        outgoing += translate(record, s, self.counts)
+                        outgoing += translate(record, s, self.counts, self.announced)
                 if not await self._deliver(producer, outgoing):
                     break  # stopped during a broker outage: the batch is read again after the restart
                 if batch:

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw
 
-from loopwarden.otel.spans import STATUS_ERROR, Span
+from loopwarden.otel.spans import ANNOUNCED_PREFIX, STATUS_ERROR, Span
 from loopwarden.runner.wire import bounded_payload, digest_payload
 from loopwarden.schemas.events import ID_CAPS, Event, RunEnd, ToolCall, ToolResult, payload
 
@@ -164,9 +164,9 @@ def is_agent_span(span: Span) -> bool:
 
 
 def relevant(name: str, attrs: dict[str, Any]) -> bool:
-    """Whether a span is a tool or agent span, or a LangGraph tools node listing its calls (the others
-    are dropped as they are read)."""
-    return _tool_attributes(attrs) or _agent_attributes(name, attrs) or _is_tool_node(name, attrs)
+    """Whether a span is a tool or agent span, a LangGraph tools node listing its calls, or a model span
+    announcing calls (the others are dropped as they are read)."""
+    return _tool_attributes(attrs) or _agent_attributes(name, attrs) or _is_tool_node(name, attrs) or _announces(attrs)
 
 
 def _tool_attributes(a: dict[str, Any]) -> bool:
@@ -305,6 +305,52 @@ def _is_tool_node(name: str, a: dict[str, Any]) -> bool:
     return isinstance(value, str) and value.startswith("[{") and '"tool_call"' in value
 
 
+def _announces(a: dict[str, Any]) -> bool:
+    """An OpenInference LLM span whose output lists tool calls (their arguments as the model gave them)."""
+    return _kind(a, "openinference.span.kind") == "llm" and any(
+        k.startswith(ANNOUNCED_PREFIX) and k.endswith(".tool_call.id") for k in a
+    )
+
+
+def announced_calls(span: Span) -> list[tuple[str, str, str]]:
+    """(name, id, arguments as JSON text of an object) of each call an OpenInference LLM span's output lists
+    (``llm.output_messages.<i>.message.tool_calls.<j>.tool_call.{id,function.name,function.arguments}``)."""
+    a = span.attributes
+    out = []
+    for key, call_id in a.items():
+        if not (key.startswith(ANNOUNCED_PREFIX) and key.endswith(".tool_call.id")) or not isinstance(call_id, str):
+            continue
+        stem = key[: -len("id")]
+        name, args = a.get(stem + "function.name"), a.get(stem + "function.arguments")
+        if call_id and isinstance(name, str) and _json_object(args) is not None:
+            out.append((name, call_id, args))
+    return out
+
+
+class Announced:
+    """The arguments of the tool calls models announced (OpenInference LLM spans), by trace and call id,
+    kept across records: a tool span whose tools-node span is exported in a later record (a batch that
+    ends between them) still gets its call's own arguments. Bounded: the oldest go first."""
+
+    def __init__(self, max_calls: int = 4096, max_chars: int = 8 << 20) -> None:
+        self.max_calls, self.max_chars = max_calls, max_chars
+        self.args: dict[tuple[str, str], str] = {}
+        self.chars = 0
+
+    def add(self, span: Span, max_chars: int) -> None:
+        for _, call_id, args in announced_calls(span):
+            key = (span.trace_id, call_id)
+            if len(args) > max_chars or key in self.args:
+                continue
+            self.args[key] = args
+            self.chars += len(args)
+            while len(self.args) > self.max_calls or self.chars > self.max_chars:
+                self.chars -= len(self.args.pop(next(iter(self.args))))
+
+    def get(self, trace_id: str, call_id: str | None) -> str | None:
+        return self.args.get((trace_id, call_id)) if call_id else None
+
+
 def _openllmetry_input(value: Any) -> Any:
     """OpenLLMetry records a function's input as ``{"args": [...], "kwargs": {...}}``: the keyword
     arguments are the call's arguments when there are no positional ones."""
@@ -388,7 +434,10 @@ NO_LISTED = Listed()
 
 
 def map_tool_span(
-    span: Span, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, listed: Listed = NO_LISTED
+    span: Span,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    listed: Listed = NO_LISTED,
+    announced: Announced | None = None,
 ) -> ToolEvents | Rejected:
     """A tool span's call and result, or why it cannot be judged."""
     if not span.trace_id or not span.span_id:
@@ -428,8 +477,11 @@ def map_tool_span(
     gaps: tuple[str, ...] = ()
     if openinference:
         found = listed.find(span, tool, call_id)
+        said = announced.get(span.trace_id, call_id) if announced is not None and found is None else None
         if found is not None:  # the model's own arguments (a one-argument tool's span has the bare value)
             args, args_from = msgspec.json.encode(found).decode(), ""
+        elif said is not None:  # as the model's span announced them (its tools node is in another record)
+            args, args_from = said, ""
         elif not (isinstance(args, str) and args.lstrip()[:1] == "{"):
             gaps = (GAP_BARE_ARGUMENTS,)
     ids = run_ids(span)
@@ -489,23 +541,29 @@ def map_run_end(span: Span) -> RunEnd | None:
 _PHASE_CALL, _PHASE_RESULT, _PHASE_END = 0, 1, 2
 
 
-def map_spans(spans: list[Span], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> Mapped:
+def map_spans(
+    spans: list[Span], max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, announced: Announced | None = None
+) -> Mapped:
     """One request's spans as events, in time order (calls at their span's start, results and run
-    ends at theirs); ties keep the order of the spans' starts."""
+    ends at theirs); ties keep the order of the spans' starts. ``announced``: the calls models announced
+    in earlier records (and this one's are added to it); None: this record's only."""
     keyed: list[tuple[int, int, int, Event]] = []
     rejected: list[Rejected] = []
     gaps: list[tuple[str, str]] = []
     tools = ends = 0
     order = sorted(range(len(spans)), key=lambda i: spans[i].start_ns)
     listed = Listed()
+    announced = announced if announced is not None else Announced()
     for span in spans:
         if _is_tool_node(span.name, span.attributes):
             listed.add(span)
+        elif _announces(span.attributes):
+            announced.add(span, max_payload_bytes)
     for rank, i in enumerate(order):
         span = spans[i]
         if is_tool_span(span):
             tools += 1
-            mapped = map_tool_span(span, max_payload_bytes, listed)
+            mapped = map_tool_span(span, max_payload_bytes, listed, announced)
             if isinstance(mapped, Rejected):
                 rejected.append(mapped)
                 continue

@@ -117,8 +117,18 @@ class Span(msgspec.Struct, kw_only=True):
         return src.SerializeToString() if hasattr(src, "SerializeToString") else _json_encoder.encode(src)
 
 
+# OpenInference's LLM span lists the calls the model asked for (``llm.output_messages.<i>.message.tool_calls.<j>.``
+# + these): their arguments as the model gave them, read when a tool span has only a bare value.
+ANNOUNCED_PREFIX = "llm.output_messages."
+ANNOUNCED_SUFFIXES = (".tool_call.id", ".tool_call.function.name", ".tool_call.function.arguments")
+
+
 def _wanted(key: str) -> bool:
-    return key in WANTED or key.startswith(ASSOCIATION_PREFIX)
+    return (
+        key in WANTED
+        or key.startswith(ASSOCIATION_PREFIX)
+        or (key.startswith(ANNOUNCED_PREFIX) and key.endswith(ANNOUNCED_SUFFIXES))
+    )
 
 
 # -- protobuf -------------------------------------------------------------------------------------

@@ -321,6 +321,8 @@ class Service:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
             return api.Ok(paired=True, warning=_warning(decision, ref), abort=self._abort(ref, slot.run.ident))
+        if req.pending_only:  # read back late, and its check has its outcome already (or none to pair)
+            return api.Ok(paired=False)
         self.stats.results_unpaired += 1
         call = ToolCall(
             agent_id=ref.agent_id,

@@ -19,3 +19,16 @@ def service(tmp_path_factory: pytest.TempPathFactory):
     sidecar = scenarios.sidecar(tmp_path_factory.mktemp("sidecar") / "sidecar.log")
     yield sidecar
     sidecar.stop()
+
+
+@pytest.fixture(scope="module")
+def low_service(tmp_path_factory: pytest.TempPathFactory):
+    """A decision service with low thresholds (warn at 3, block after 6 identical outcomes), for short runs."""
+    from tests.hosts.tool_rows import LOW_CONFIG
+
+    folder = tmp_path_factory.mktemp("low-sidecar")
+    config = folder / "low.json5"
+    config.write_text(LOW_CONFIG)
+    sidecar = scenarios.sidecar(folder / "sidecar.log", config)
+    yield sidecar
+    sidecar.stop()

@@ -36,6 +36,11 @@ def repeat(tool: str, args: dict[str, Any]) -> Script:
     return lambda n: (tool, dict(args))
 
 
+def first_then(first: tuple[str, dict[str, Any]], then: tuple[str, dict[str, Any]]) -> Script:
+    """One call (a Read before Edits), then the same call every time."""
+    return lambda n: (first[0], dict(first[1])) if n == 0 else (then[0], dict(then[1]))
+
+
 def progress(tool: str, key: str, template: str) -> Script:
     """A different call each time (``template`` formatted with the step): a healthy session."""
     return lambda n: (tool, {key: template.format(n=n)})
@@ -193,9 +198,15 @@ def openai_answer(body: dict[str, Any], b: Behaviour | None) -> tuple[str, bytes
     n = len(openai_tool_results(body))
     tool = b.script(n) if b is not None and body.get("tools") and n < b.calls else None
     rid = f"resp_fake_{n}"
-    if tool is not None:
-        item = {"type": "function_call", "id": f"fc_fake_{n}", "call_id": f"call_fake_{n:04d}", "name": tool[0]}
-        item |= {"arguments": json.dumps(tool[1]), "status": "completed"}
+    if tool is not None and isinstance(tool[1], str):  # a freeform tool (Codex's apply_patch): its raw input
+        item = {"type": "custom_tool_call", "id": f"ctc_fake_{n}", "call_id": f"call_fake_{n:04d}", "name": tool[0]}
+        item |= {"input": tool[1], "status": "completed"}
+    elif tool is not None:
+        namespace, _, name = tool[0].rpartition("/")  # "mcp__fs/read_text_file": a tool of a namespace
+        item = {"type": "function_call", "id": f"fc_fake_{n}", "call_id": f"call_fake_{n:04d}", "name": name}
+        item |= {"arguments": json.dumps(tool[1]), "status": "completed"} | (
+            {"namespace": namespace} if namespace else {}
+        )
     else:
         item = {"type": "message", "id": f"msg_fake_{n}", "role": "assistant", "status": "completed"}
         item |= {"content": [{"type": "output_text", "text": FINAL_TEXT, "annotations": []}]}

@@ -83,6 +83,23 @@ class ClaudeCode(Host):
         self.config = self.root / "config"
         self.config.mkdir(exist_ok=True)
         self.hooks_file = self.project / ".claude" / "settings.json"
+        self.allowed_tools = "Bash"
+        self.extra_args: list[str] = []
+
+    def add_hook(self, event: str, matcher: str, command: str) -> None:
+        """One more command hook beside loopwarden's (a test's own: it changes the world or records)."""
+        settings = json.loads(self.hooks_file.read_text()) if self.hooks_file.exists() else {}
+        entry = {"matcher": matcher, "hooks": [{"type": "command", "command": command}]}
+        settings.setdefault("hooks", {}).setdefault(event, []).append(entry)
+        self.hooks_file.parent.mkdir(parents=True, exist_ok=True)
+        self.hooks_file.write_text(json.dumps(settings, indent=2))
+
+    def mcp_server(self, name: str, command: list[str]) -> None:
+        """An MCP server of the session (``--mcp-config``); headless Claude Code waits for it to connect."""
+        config = self.root / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {name: {"command": command[0], "args": command[1:]}}}))
+        self.extra_args += ["--mcp-config", str(config)]
+        self.extra_env["MCP_CONNECTION_NONBLOCKING"] = "false"
 
     def shell(self, command: str) -> tuple[str, dict[str, Any]]:
         return "Bash", {"command": command, "description": "run it"}
@@ -98,7 +115,8 @@ class ClaudeCode(Host):
         }
 
     def run(self, prompt: str, *, session_id: str | None = None, resume: str | None = None, timeout: float = 180):
-        argv = [str(claude_binary()), "-p", prompt, "--output-format", "json", "--allowedTools", "Bash"]
+        argv = [str(claude_binary()), "-p", prompt, "--output-format", "json", "--allowedTools", self.allowed_tools]
+        argv += self.extra_args
         if session_id:
             argv += ["--session-id", session_id]
         if resume:

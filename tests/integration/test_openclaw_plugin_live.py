@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -212,3 +213,97 @@ def test_openclaw_validates_the_plugin_config_against_its_schema(tmp_path):
     assert 'plugins.entries.loopwarden.config: invalid config: must not have additional properties: "timeout"' in (
         proc.stdout + proc.stderr
     )
+
+
+# --- the README's configs as printed: loopwarden's blocks reach the model; large outputs are digested ---
+
+README = PLUGIN / "README.md"
+BIG_LINES = 1800  # 90 KB of output: over the plugin's 64 KiB; OpenClaw shows the model its first 8 KB
+CHANGING = {"command": "cat big.txt; echo p >> poll.txt; wc -l < poll.txt"}  # differs only in its last line
+SAME = {"command": "cat big.txt"}
+LOOPWARDEN_BLOCK = (
+    "CRITICAL: Called exec with identical arguments and identical outcomes 20 times. "
+    "Session execution blocked to prevent runaway loops."
+)
+
+
+def documented(name: str) -> dict:
+    """A config block of the README as printed (JSON5, the block whose first line is ``// <name>...``)."""
+    import pyjson5
+
+    blocks = re.findall(r"```json5\n(.*?)```", README.read_text(), re.S)
+    found = [b for b in blocks if b.startswith(f"// {name}")]
+    assert len(found) == 1, name
+    return pyjson5.loads(found[0])
+
+
+def documented_openclaw(tmp: Path, base_url: str, service_url: str, own_detection: bool = False) -> Path:
+    """The scripted model's config with the README's ``openclaw.json`` over it: its plugin block (this
+    checkout's folder, the service's URL, no token file) and its tools (none: OpenClaw's detection off)."""
+    doc = documented("openclaw.json")
+    entry = doc["plugins"]["entries"]["loopwarden"]["config"]
+    entry["url"] = service_url
+    del entry["tokenFile"]
+    doc["plugins"]["load"]["paths"] = [str(PLUGIN)]
+    workspace = tmp / "home" / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "big.txt").write_text(
+        "".join(f"{i:05d} a line of build output, the same every time\n" for i in range(BIG_LINES))
+    )
+    path = write_config(tmp / "openclaw.json", base_url, workspace=workspace)
+    cfg = json.loads(path.read_text())
+    del cfg["tools"]
+    cfg.update(doc)
+    if own_detection:
+        cfg["tools"] = {"loopDetection": {"enabled": True}}
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+@pytest.fixture
+def documented_service(tmp_path) -> Iterator[SidecarProcess]:
+    """``loopwarden sidecar`` standalone with the README's ``loopwarden.json5``."""
+    config = tmp_path / "loopwarden.json"
+    config.write_text(json.dumps(documented("loopwarden.json5")))
+    service = SidecarProcess(["--config", str(config)], log_path=tmp_path / "sidecar.log").start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+def exec_turn(
+    tmp: Path, params: dict, rounds: int, service_url: str, own_detection: bool = False
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """One turn calling ``exec`` with ``params`` until ``rounds`` results: the CLI's run, the results the model read."""
+    with ScriptedProvider(repeat_script([("exec", params)], rounds)) as provider:
+        config = documented_openclaw(tmp, provider.base_url, service_url, own_detection)
+        proc = agent_turn(tmp, config, "main", f"big-{rounds}-{own_detection}", timeout=600)
+        return proc, seen_results(provider)
+
+
+def test_documented_config_large_output_changing_at_the_end_is_never_blocked(tmp_path, documented_service):
+    proc, results = exec_turn(tmp_path, CHANGING, 30, documented_service.url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(results) == 30
+    assert all(r.startswith("00000 a line of build output") for r in results), [r[:200] for r in results]
+    assert (tmp_path / "home" / "workspace" / "poll.txt").read_text().count("p") == 30  # every call ran
+
+
+def test_documented_config_identical_large_output_gets_loopwardens_block(tmp_path, documented_service):
+    proc, results = exec_turn(tmp_path, SAME, 22, documented_service.url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(results) == 22
+    assert all(r.startswith("00000 a line of build output") for r in results[:20])
+    assert results[20] == LOOPWARDEN_BLOCK  # the 21st call: loopwarden's text is the model's whole view
+    assert results[21] == LOOPWARDEN_BLOCK  # blocks are sticky
+
+
+def test_with_openclaws_own_detection_on_the_model_reads_openclaws_block(tmp_path, documented_service):
+    """Why the README leaves OpenClaw's detection off: on, OpenClaw blocks the 21st call first, with its own
+    text, and its second critical ends the run; loopwarden's text never reaches the model."""
+    proc, results = exec_turn(tmp_path, SAME, 22, documented_service.url, own_detection=True)
+    assert proc.returncode != 0 and "tool-loop recovery encountered another critical loop" in proc.stderr
+    assert all(r.startswith("00000 a line of build output") for r in results[:20])
+    assert results[20].startswith("CRITICAL: Called exec with identical outcomes 20 times.")  # OpenClaw's
+    assert not any(LOOPWARDEN_BLOCK in r for r in results)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts.openclaw_traces import batches, generate, release_rows, replay_events
+from tests.hosts.openclaw_traces import batches, generate, release_rows, replay_events, text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -207,3 +207,42 @@ def test_config_check_names_what_the_release_config_validate_rejects(tmp_path):
     assert named == rejected
     write_config(config, "http://127.0.0.1:9/v1", loop_detection={"enabled": True})
     assert openclaw(["config", "validate", "--json"], home, config, timeout=180).returncode == 0
+
+
+def _blank_steps() -> list[dict]:
+    """Ping-pong with a whitespace-only tool name on one side (normalised to ``""``), in three runs: pending calls,
+    stable outcomes on both sides (evidence, so a block), and the blank side first."""
+
+    def side(i: int, blank_first: bool, outcome: bool) -> dict:
+        blank = (i % 2 == 0) == blank_first
+        call = {"tool": " " if blank else "read", "params": {} if blank else {"path": "a.md"}}
+        return {**call, "result": text("B" if blank else "A")} if outcome else call
+
+    runs = {"pending": (False, False), "stable": (False, True), "blank-first": (True, True)}
+    steps = [
+        {"session": f"s-{name}", "run": name, "calls": [dict(side(i, first, outcome), id=f"{name}-{i}")]}
+        for name, (first, outcome) in runs.items()
+        for i in range(30)
+    ]
+    # a blank name is judged as "tool" (recorded as ""): after 20 calls of a tool named "tool", it is blocked
+    named = [{"tool": "tool" if i < 20 else " ", "params": {}, "result": text("same")} for i in range(23)]
+    return steps + [
+        {"session": "s-named", "run": "named", "calls": [dict(c, id=f"named-{i}")]} for i, c in enumerate(named)
+    ]
+
+
+def test_ping_pong_with_a_blank_tool_name_on_the_other_side(tmp_path):
+    """RULES.md §7.4 step 2 and L1.4: the release's ping-pong streak is 0 when the other side's tool name is blank,
+    so only the named side's calls count (its warning lands on the 11th call, not the 10th; its block on the
+    21st); a blank-named call is judged as ``tool`` and recorded as ``""``, and its block records no veto."""
+    steps = _blank_steps()
+    rows = release_rows(steps, tmp_path)
+    release = [
+        (r["id"], r["action"], r["detector"], r["count"], r["warningKey"], r["message"])
+        for r in rows
+        if r["action"] in ("warn", "block")
+    ]
+    assert ("pending-10", "warn") in {v[:2] for v in release}  # the named side, count 11
+    assert ("stable-20", "block") in {v[:2] for v in release}  # count 21, the first block
+    assert ("named-20", "block") in {v[:2] for v in release} and ("named-22", "block") in {v[:2] for v in release}
+    assert _replay(replay_events(steps, rows), tmp_path) == release

@@ -3,13 +3,22 @@
 // Run: node --test tests/openclaw_plugin/ (tests/unit/test_openclaw_plugin.py runs it from pytest).
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, beforeEach, test } from "node:test";
 
-import plugin, { createGuard, DEFAULT_TIMEOUT_MS, DEFAULT_URL, settingsFrom } from "../../streams/runner/integrations/openclaw-plugin/index.mjs";
+import plugin, {
+  createGuard,
+  DEFAULT_TIMEOUT_MS,
+  DEFAULT_URL,
+  digest,
+  errorBody,
+  resultBody,
+  settingsFrom,
+} from "../../streams/runner/integrations/openclaw-plugin/index.mjs";
 
 const SLACK_MS = 10_000; // cases that expect an answer wait this long: a loaded machine must not turn them into timeouts
 let server;
@@ -207,14 +216,52 @@ test("after_tool_call reports the result or the error with the same ids; agent_e
   assert.equal(guard.stats.reported, 2);
 });
 
-test("a huge result is sent as its first characters; a failed report is counted", async () => {
+test("a large result is digested, never cut: outputs that differ only at the end stay unequal", async () => {
   const guard = createGuard(settingsFrom({ url, timeoutMs: SLACK_MS }), { logger: quietLogger() });
-  await guard.afterToolCall({ ...EVENT, result: { content: [{ type: "text", text: "y".repeat(200_000) }] } }, CTX);
-  assert.equal(typeof requests[0].body.result, "string");
-  assert.equal(requests[0].body.result.length, 65_536);
+  const big = "y".repeat(200_000);
+  const exec = (text, durationMs) => ({
+    content: [{ type: "text", text }],
+    details: { status: "completed", exitCode: 0, durationMs, aggregated: text },
+  });
+  await guard.afterToolCall({ ...EVENT, result: exec(big + "1", 10) }, CTX);
+  await guard.afterToolCall({ ...EVENT, result: exec(big + "2", 11) }, CTX);
+  await guard.afterToolCall({ ...EVENT, result: exec(big + "1", 12) }, CTX);
+  const [first, second, third] = requests.map((r) => r.body.result);
+  const expected = `[loopwarden digest sha256=${createHash("sha256").update(big + "1").digest("hex")} chars=200001]`;
+  // the shape OpenClaw's outcome rules read stays; each long string is its digest
+  assert.deepEqual(first, {
+    content: [{ type: "text", text: expected }],
+    details: { status: "completed", exitCode: 0, durationMs: 10, aggregated: expected },
+  });
+  assert.notEqual(second.content[0].text, first.content[0].text);
+  assert.equal(third.content[0].text, first.content[0].text);
+  assert.ok(JSON.stringify(first).length < 1000);
   const down = createGuard(settingsFrom({ url: "http://127.0.0.1:9" }), { logger: quietLogger() });
   await down.afterToolCall({ ...EVENT, result: "x" }, CTX);
   assert.equal(down.stats.reportErrors, 1);
+});
+
+test("digests: the hook's form, code points counted; long errors, many strings and deep results", () => {
+  assert.equal(digest("\u{1F600}ab"), `[loopwarden digest sha256=${createHash("sha256").update("\u{1F600}ab").digest("hex")} chars=3]`);
+  const small = { content: [{ type: "text", text: "ok" }] };
+  assert.equal(resultBody(small), small); // small: as OpenClaw gave it
+  const long = "e".repeat(70_000);
+  assert.equal(errorBody(long), digest(long));
+  assert.equal(errorBody(new Error("boom")), "boom"); // OpenClaw hashes an Error's message
+  assert.equal(errorBody("x".repeat(5000) + "\n1"), "x".repeat(5000) + "\n1"); // never cut nor rewritten
+  const many = { content: Array.from({ length: 12 }, (_, i) => ({ type: "text", text: `${i}`.repeat(60_000) })) };
+  const reordered = { content: many.content.map(({ type, text }) => ({ text, type })) };
+  assert.match(resultBody(many), /^\[loopwarden digest sha256=[0-9a-f]{64} chars=\d+\]$/); // still too large: one digest
+  assert.equal(resultBody(reordered), resultBody(many)); // of its keys-sorted JSON: key order does not matter
+  many.content[11].text += "!";
+  assert.notEqual(resultBody(reordered), resultBody(many));
+  let deep = { text: "z".repeat(70_000) };
+  for (let i = 0; i < 100; i += 1) deep = { deep };
+  assert.match(resultBody(deep), /^\[loopwarden digest sha256=[0-9a-f]{64} chars=\d+\]$/);
+  const a = { details: { x: 1, y: "q".repeat(600_000) } };
+  const b = { details: { y: "q".repeat(600_000), x: 1 } };
+  assert.equal(typeof resultBody(a), "object"); // one long string: only it is digested
+  assert.deepEqual(resultBody(a), resultBody(b));
 });
 
 test("settings: URL from the environment, timeout default and bounds", () => {

@@ -1,4 +1,4 @@
-"""Four scripted agents, run under each instrumentation family's real package; their spans and native events.
+"""Five scripted agents, run under each instrumentation family's real package; their spans and native events.
 
 Each agent is a script of tool calls (tool, arguments, result text). The same
 script drives the framework's own scripted model (LangChain's fake chat model,
@@ -40,6 +40,11 @@ def _ping_pong() -> list[Step]:
     return [a if i % 2 == 0 else b for i in range(21)]
 
 
+def _mixed() -> list[Step]:  # a two-argument tool alternating with a one-argument tool: ping-pong
+    a, b = Step("search", {"q": "timeout", "limit": 5}, "2 hits"), Step("read_file", {"path": "a.txt"}, "A")
+    return [a if i % 2 == 0 else b for i in range(21)]
+
+
 def _poll() -> list[Step]:  # a known poll tool whose result changes: progress, no verdict
     return [Step("command_status", {"id": "job-1"}, f"running: {10 * i}%") for i in range(12)]
 
@@ -48,7 +53,7 @@ def _healthy() -> list[Step]:
     return [Step("lookup", {"q": f"item {i}"}, f"found item {i}") for i in range(8)]
 
 
-AGENTS = {"stuck": _stuck(), "ping_pong": _ping_pong(), "poll": _poll(), "healthy": _healthy()}
+AGENTS = {"stuck": _stuck(), "ping_pong": _ping_pong(), "mixed": _mixed(), "poll": _poll(), "healthy": _healthy()}
 
 
 def native_events(script: list[Step], agent: str = "native", origin: str | None = None) -> list[str]:
@@ -77,7 +82,7 @@ class Results:
 
 
 def functions(results: Results) -> list:
-    """The agents' four tools, one argument each, as a user writes them."""
+    """The agents' tools as a user writes them: four of one argument, one of two."""
 
     def lookup(q: str) -> str:
         """Look something up."""
@@ -95,7 +100,11 @@ def functions(results: Results) -> list:
         """Status of a background command."""
         return results.next()
 
-    return [lookup, read_file, list_dir, command_status]
+    def search(q: str, limit: int) -> str:
+        """Search the documents."""
+        return results.next()
+
+    return [lookup, read_file, list_dir, command_status, search]
 
 
 def _langchain_spans(instrumentor: Any, scripts: dict[str, list[Step]]) -> dict[str, list]:

@@ -399,6 +399,17 @@ def test_rule_7_4_ping_pong_count_is_tail_plus_one():
     assert d.warning_key == pair_key(S_READ_A, S_GREP) == f"pingpong:{S_GREP}|{S_READ_A}"
 
 
+def test_rule_7_4_2_a_blank_name_on_the_other_side_gives_nothing():
+    """OpenClaw's ``!otherToolName``: a whitespace-only name normalizes to ``""`` and is no B side; the named
+    side still counts, paired with ``""`` (issue 42's reproducer, ``tests/data/blank_name.jsonl``)."""
+    cfg = {"enabled": True, "warningThreshold": 3}
+    run = Run(cfg)
+    assert run.call("read", {}) == [] and run.call(" ", {}) == []
+    d = one(run.call("read", {}))
+    assert (d.detector, d.count, d.tool_name, d.paired_tool_name) == ("ping_pong", 3, "read", "")
+    assert run.call(" ", {}) == []  # would be count 4, paired read
+
+
 def test_rule_7_4_pair_key_same_from_both_sides():
     cfg = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 10}
     r1 = Run(RECORD_ONLY)

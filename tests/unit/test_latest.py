@@ -128,6 +128,23 @@ def test_l1_1_without_enabled_calls_are_not_recorded_but_outcomes_are():
     assert dets[0].message == msg_generic_critical_latest("read", 25)
 
 
+def test_l1_4_a_blank_name_is_judged_as_tool_and_recorded_blank():
+    """The release normalizes a blank name twice: judged as ``tool`` (it meets a real ``tool``'s history,
+    keys and messages say ``tool``), recorded as ``""``; its block records no veto, so it stays blocked."""
+    run = LRun(ON)
+    for _ in range(20):
+        run.pair("tool", {}, result="same")
+    dets = run.call(" ", {})
+    assert brief(dets) == [("generic_repeat", "critical", 20)]
+    assert dets[0].tool_name == "tool" and dets[0].warning_key.startswith(f"generic:tool:{sig('tool', '{}')}:")
+    assert len(run.records()) == 20  # no veto recorded for the blank call
+    assert brief(run.call("\t", {})) == [("generic_repeat", "critical", 20)]
+    fresh = LRun(ON)
+    for _ in range(12):
+        fresh.pair(" ", {}, result="same")  # never meets its own records: no verdict
+    assert [r["tool"] for r in fresh.records()] == [""] * 12
+
+
 def test_l1_2_numeric_knobs_and_detector_switches_are_ignored():
     block = {
         **LOW,

@@ -54,6 +54,9 @@ def test_the_manifest_names_the_entry_and_describes_every_setting():
         assert f"cfg.{key}" in source, key
     own = [line for line in source.splitlines() if line.startswith("import ")]
     assert all(
-        line.endswith(('from "node:fs";', 'from "node:http";', 'from "node:os";', 'from "node:path";')) for line in own
+        line.endswith(
+            ('from "node:crypto";', 'from "node:fs";', 'from "node:http";', 'from "node:os";', 'from "node:path";')
+        )
+        for line in own
     )
     assert source.count("import ") == len(own)  # no dynamic import: Node's own modules only

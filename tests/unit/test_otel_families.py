@@ -1,7 +1,8 @@
 """Each instrumentation family's real spans give the verdicts of the same agents' native events.
 
-Four scripted agents (stuck, ping-pong, a poll that makes progress, a healthy
-one; ``tests/unit/otel_families.py``) run under each family's real
+Five scripted agents (stuck, ping-pong, ping-pong between a two-argument and a
+one-argument tool, a poll that makes progress, a healthy one;
+``tests/unit/otel_families.py``) run under each family's real
 instrumentation package. Their spans, encoded as the Collector's Kafka exporter
 writes them, go through ``loopwarden spans``' mapping; the events it makes and
 the agents' native events (with the same origin, so both are decided in shadow) both go through
@@ -64,6 +65,7 @@ def verdicts(lines: list[str]) -> list[tuple]:
 EXPECTED = {  # what the native events give (checked below as well): the agents are what they say
     "stuck": {("generic_repeat", "warning", 10), ("generic_repeat", "critical", 20)},
     "ping_pong": {("ping_pong", "warning", 10), ("ping_pong", "critical", 20), ("ping_pong", "critical", 21)},
+    "mixed": {("ping_pong", "warning", 10), ("ping_pong", "critical", 20), ("ping_pong", "critical", 21)},
     "poll": set(),
     "healthy": set(),
 }
@@ -95,6 +97,52 @@ def test_each_run_is_one_run_and_ends(family):
         assert len(runs) == 1, (agent, runs)
         assert [e["type"] for e in events].count("run_end") == 1 and events[-1]["type"] == "run_end", agent
         assert all(e["origin"] == "otel" for e in events)
+
+
+@pytest.mark.parametrize("agent", ["mixed", "ping_pong", "healthy"])
+def test_openinference_langchain_spans_exported_apart(agent):
+    """The exporter's batches can end anywhere: here each span is its own record, in the order the spans end,
+    so a tool span comes before its tools node (which lists the call's arguments). The model's span,
+    ended before the tool ran, announced them: every call keeps the model's arguments (a one-argument tool's
+    span alone has only the bare value), and the verdicts are the native events'."""
+    pytest.importorskip("openinference.instrumentation.langchain")
+    from loopwarden.otel.mapping import Announced
+
+    script = fam.AGENTS[agent]
+    spans = fam.openinference_langchain({agent: script})[agent]
+    counts, announced, lines = SpanCounts(), Announced(), []
+    for i, span in enumerate(spans):
+        record = Rec("otlp_spans", 0, i, None, fam.encoded([span]))
+        out = translate(record, SpanSettings(), counts, announced)
+        assert all(o.topic == "agent.events" for o in out)
+        lines += [o.value.decode() for o in out]
+    calls = [json.loads(line) for line in lines if '"type":"tool_call"' in line]
+    assert [(c["tool_name"], c["params"]) for c in calls] == [(s.tool, s.args) for s in script]
+    assert verdicts(lines) == verdicts(fam.native_events(script, origin="otel"))
+    assert not counts.inexact
+
+
+def test_announced_arguments_are_bounded_and_per_trace():
+    """The memory of announced calls keeps at most its bounds (oldest out) and keys by trace and call id, so
+    two runs whose models reuse call ids (scripted models do) never lend each other arguments."""
+    pytest.importorskip("openinference.instrumentation.langchain")
+    from loopwarden.otel.mapping import Announced
+    from loopwarden.otel.spans import decode_spans
+
+    spans = fam.openinference_langchain({"a": fam.AGENTS["healthy"], "b": fam.AGENTS["mixed"]})
+    memory = Announced(max_calls=5)
+    for agent in ("a", "b"):
+        for span in decode_spans(fam.encoded(spans[agent]), "otlp_proto", 1 << 24, 10_000):
+            memory.add(span, 65_536)
+    assert len(memory.args) == 5 and memory.chars == sum(len(v) for v in memory.args.values())
+    traces = {trace for trace, _ in memory.args}
+    assert len(traces) == 1  # the newest five: all of run b's
+    trace_a = decode_spans(fam.encoded(spans["a"]), "otlp_proto", 1 << 24, 10_000)[0].trace_id
+    assert memory.get(trace_a, "call_20") is None and memory.get(next(iter(traces)), "call_20") is not None
+    tight = Announced(max_chars=40)
+    for span in decode_spans(fam.encoded(spans["b"]), "otlp_proto", 1 << 24, 10_000):
+        tight.add(span, 65_536)
+    assert tight.chars <= 40
 
 
 def test_two_invocations_in_one_trace():
@@ -147,10 +195,11 @@ def test_a_family_without_arguments_is_said_once_and_counted(caplog):
 
 
 def test_a_bare_argument_without_its_listed_call_is_counted():
-    """An OpenInference LangChain tool span whose tools-node span is in another record: its arguments are the
-    bare value (not the runner's), and that is counted for the family."""
+    """An OpenInference LangChain tool span whose tools-node span and model span were never read (another
+    consumer's, or before a restart): its arguments are the bare value (not the runner's), counted for the
+    family."""
     spans = fam.openinference_langchain({"healthy": fam.AGENTS["healthy"]})["healthy"]
-    spans = [s for s in spans if s.name != "tools"]
+    spans = [s for s in spans if s.name != "tools" and s.attributes.get("openinference.span.kind") != "LLM"]
     counts = SpanCounts()
     events = [json.loads(line) for line in mapped_lines(spans, counts)]
     assert counts.inexact["openinference:bare_arguments"] == len(fam.AGENTS["healthy"])

@@ -25,6 +25,7 @@ CASES = {
     "parallel": "enabled.config.json",
     "guard": None,
     "malformed": "low.config.json5",
+    "blank_name": "blank_name.config.json5",
 }
 FIELD_ORDER = [
     "event_index",

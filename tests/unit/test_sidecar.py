@@ -203,6 +203,26 @@ async def test_results_without_call_ids_pair_by_tool_and_params(http):
     assert (await (await client.get("/v1/stats")).json())["service"]["results_unpaired"] == 1
 
 
+async def test_a_result_read_back_late_is_recorded_only_while_its_check_awaits_one(http):
+    """pending_only: a hook that reads outcomes back from a host's transcript (Codex) reports every call
+    of the turn before; one its post-call hook reported already, or that has no check, is not
+    recorded again."""
+    client, svc, out = await http()
+    for call_id in ("c1", "c2"):
+        await client.post("/v1/check", json={**AGENT, "run_id": "r1", "tool_name": "exec", "tool_call_id": call_id})
+    await client.post("/v1/result", json={**AGENT, "run_id": "r1", "tool_call_id": "c1", "result": "ok"})
+    late = {**AGENT, "run_id": "r1", "pending_only": True}
+    answers = []
+    for call_id in ("c1", "c2", "c9"):
+        r = await client.post("/v1/result", json={**late, "tool_call_id": call_id, "result": f"late {call_id}"})
+        answers.append((await r.json())["paired"])
+    assert answers == [False, True, False]
+    assert [(r.tool_call_id, bytes(r.result)) for r in of_type(out, "ToolResult")] == [
+        ("c1", b'"ok"'),
+        ("c2", b'"late c2"'),
+    ]
+
+
 async def test_oversize_body_is_413_by_length_and_while_reading(http):
     client, svc, out = await http(Limits(max_body=256))
     r = await client.post("/v1/check", data=b"{" + b" " * 300 + b"}")

@@ -19,6 +19,7 @@
 // and gives up after its own short timeout (`timeoutMs`, default 250 ms): loopwarden trouble
 // allows the call, logs one line and is counted.
 
+import { createHash } from "node:crypto";
 import { lstatSync, readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { homedir } from "node:os";
@@ -32,7 +33,9 @@ const MIN_TIMEOUT_MS = 10;
 const MAX_TIMEOUT_MS = 10_000;
 const MAX_TEXT = 2000; // the most of the service's text the model is shown
 const MAX_ID = 512; // ids longer than this are cut (the service bounds them too)
-const MAX_RESULT_CHARS = 65_536; // a result beyond this is sent as its first characters
+const MAX_TEXT_CHARS = 65_536; // a string of a result (or an error) longer than this is sent as its digest
+const MAX_RESULT_CHARS = 512 * 1024; // a result still longer than this as JSON is sent as one digest (the service takes 1 MiB)
+const MAX_DEPTH = 63; // a result nested deeper is sent as one digest (the service refuses bodies nested past 64)
 const MAX_PENDING = 4096; // calls between before and after, remembered for the outcome
 const LOG_EVERY_MS = 30_000; // repeated failures of one kind: one log line per this long
 const BLOCKED = "Tool call blocked by loop detection.";
@@ -149,17 +152,102 @@ function shown(message, fallback) {
   return clean.length > MAX_TEXT ? clean.slice(0, MAX_TEXT - 3) + "..." : clean;
 }
 
-/** A result as sent to the service: as OpenClaw gave it, or its first characters when it is huge. */
-function resultBody(result) {
+/**
+ * The stand-in for a text too large to send: `[loopwarden digest sha256=<hex of its UTF-8> chars=<code points>]`,
+ * the form the coding-agent hook writes too. A *string*, so the service hashes it as a value: equal texts give
+ * equal digests, unequal texts unequal ones (a cut text would make outputs that differ only at the end alike).
+ */
+export function digest(text) {
+  const sha = createHash("sha256").update(text, "utf8").digest("hex");
+  let chars = text.length;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        chars -= 1; // a surrogate pair is one code point
+        i += 1;
+      }
+    }
+  }
+  return `[loopwarden digest sha256=${sha} chars=${chars}]`;
+}
+
+/** JSON text of a value, with object keys sorted: equal values, equal text, whatever their key order. */
+function sortedJson(value) {
+  return JSON.stringify(value, (_key, v) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]]))
+      : v,
+  );
+}
+
+/**
+ * A copy of `value` with every string longer than MAX_TEXT_CHARS replaced by its digest, keeping the shape
+ * OpenClaw's outcome rules read (an exec's `status` and `exitCode`, a content entry's `type`); null when
+ * it nests deeper than MAX_DEPTH or is not plain JSON data. Walked without recursion.
+ */
+function digestLargeStrings(value) {
+  const big = (v) => (typeof v === "string" && v.length > MAX_TEXT_CHARS ? digest(v) : v);
+  if (!value || typeof value !== "object") return big(value);
+  const root = Array.isArray(value) ? [] : {};
+  const stack = [[value, root, 1]];
+  while (stack.length) {
+    const [from, to, depth] = stack.pop();
+    if (depth > MAX_DEPTH) return null;
+    for (const key of Object.keys(from)) {
+      const v = from[key];
+      if (v && typeof v === "object") {
+        if (typeof v.toJSON === "function") return null; // a Date, a Buffer...: sent as one digest
+        const copy = Array.isArray(v) ? [] : {};
+        to[key] = copy;
+        stack.push([v, copy, depth + 1]);
+      } else {
+        to[key] = big(v);
+      }
+    }
+  }
+  return root;
+}
+
+/**
+ * A result as sent to the service: as OpenClaw gave it when it is small; else each string longer than
+ * 64 KiB as its digest (the rest as is, so OpenClaw's rules still see `details`); a result that stays
+ * too large, too deep or odd is sent as the digest of its whole JSON text. Never cut.
+ */
+export function resultBody(result) {
   if (result === undefined) return undefined;
   let text;
   try {
     text = JSON.stringify(result);
   } catch {
-    return String(result).slice(0, MAX_RESULT_CHARS);
+    return digest(String(result));
   }
   if (text === undefined) return null;
-  return text.length <= MAX_RESULT_CHARS ? result : text.slice(0, MAX_RESULT_CHARS);
+  if (text.length <= MAX_TEXT_CHARS) return result;
+  let smaller = null;
+  try {
+    smaller = digestLargeStrings(result);
+  } catch {
+    smaller = null; // a getter that throws: one digest below
+  }
+  if (smaller !== null && JSON.stringify(smaller).length <= MAX_RESULT_CHARS) return smaller;
+  try {
+    return digest(sortedJson(result));
+  } catch {
+    return digest(text);
+  }
+}
+
+/**
+ * An error as sent to the service: a text (an Error's message, as OpenClaw hashes it) as is, or its digest
+ * when longer than 64 KiB; any other value as a result is. Never cut, never rewritten: two errors that
+ * differ anywhere stay two errors.
+ */
+export function errorBody(error) {
+  const text = typeof error === "string" ? error : error instanceof Error ? error.message || error.name : null;
+  if (text === null) return resultBody(error) ?? null;
+  return text.length > MAX_TEXT_CHARS ? digest(text) : text;
 }
 
 /**
@@ -313,7 +401,7 @@ export function createGuard(
       tool_name: bounded(event?.toolName || ctx?.toolName),
       params: event?.params ?? null,
     };
-    if (event?.error !== undefined && event.error !== null) body.error = shown(String(event.error), "error");
+    if (event?.error !== undefined && event.error !== null) body.error = errorBody(event.error);
     else body.result = resultBody(event?.result) ?? null;
     try {
       await post("/v1/result", body);
