@@ -59,6 +59,7 @@ class CheckResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     tool_call_id: str
     level: str | None  # warning / critical
     recovery: str | None = None  # under the profile's batch admission: "trigger" or "sibling" of a refused batch
+    note: str | None = None  # a warning under the openclaw-latest profile: the release's system note for the result
 
 
 MAX_BATCH = 128  # calls in one /v1/check_batch

@@ -300,6 +300,7 @@ class Service:
             tool_call_id=decision.call.tool_call_id or "",
             level=verdict.level if verdict is not None else None,
             recovery=decision.recovery,
+            note=decision.note if decision.release and action == "warn" else None,
         )
 
     async def result(self, req: api.ResultRequest) -> api.Ok:
@@ -307,7 +308,7 @@ class Service:
         assert ref is not None
         slot = self._slot(ref)
         pending = self._take(slot.run.ident, slot, req)
-        result: Any = req.result
+        result: Any = _as_outcome(req.result)
         if pending is not None:
             decision = pending.decision
             if decision.call.params is UNSET and req.params is not UNSET:  # kept as a digest: the result's own
@@ -459,6 +460,19 @@ def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:
         return None
     verdict_id = decision.verdict.verdict_id if decision.verdict is not None else None
     return api.Warning(message=decision.message, verdict_id=verdict_id, run_id=ref.run_id or "")
+
+
+def _as_outcome(raw: Any) -> Any:
+    """A host's result as OpenClaw's rules should see it. They hash an object by its ``details`` and its
+    ``content`` text (their own tools' shape) and nothing else, so any other object (Claude Code's Bash
+    ``{stdout, stderr, ...}``) would be one outcome whatever it holds, and a poll whose output changes would
+    be blocked as a loop: such an object goes on as its JSON text (keys sorted), which changes with it."""
+    if not isinstance(raw, Raw) or not bytes(memoryview(raw)[:64]).lstrip().startswith(b"{"):
+        return raw
+    value = _decoded(raw)
+    if not isinstance(value, dict) or isinstance(value.get("content"), list) or isinstance(value.get("details"), dict):
+        return raw
+    return msgspec.json.encode(value, order="sorted").decode()
 
 
 def _decoded(raw: Raw) -> Any:

@@ -67,8 +67,9 @@ def cache_root() -> Path:
     return Path(root)
 
 
-def npm_package(spec: str, timeout: float = 900) -> Path:
-    """The folder (an npm prefix) holding ``spec`` installed; installs it the first time.
+def npm_package(spec: str, *with_: str, timeout: float = 900) -> Path:
+    """The folder (an npm prefix) holding ``spec`` installed (and ``with_``, the packages it is used
+    with, such as its peers, in the same folder); installs them the first time.
 
     Fails the test (never skips it) when npm is missing or the install fails: these
     tests are evidence, and a silent skip would hide their absence."""
@@ -76,7 +77,7 @@ def npm_package(spec: str, timeout: float = 900) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         pytest.fail("npm is needed for the host tests (Debian's npm package, or Node.js)")
-    folder = cache_root() / re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
+    folder = cache_root() / re.sub(r"[^A-Za-z0-9._-]+", "_", "+".join((spec, *with_)))
     done = folder / ".installed"
     if done.exists():
         return folder
@@ -87,14 +88,14 @@ def npm_package(spec: str, timeout: float = 900) -> Path:
             return folder
         proc = subprocess.run(
             [npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]
-            + ["--prefix", str(folder), spec],
+            + ["--prefix", str(folder), spec, *with_],
             capture_output=True,
             text=True,
             timeout=timeout,
         )
         if proc.returncode != 0:
             pytest.fail(f"npm install {spec} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
-        done.write_text(spec + "\n")
+        done.write_text(" ".join((spec, *with_)) + "\n")
     return folder
 
 

@@ -128,7 +128,8 @@ def test_the_workers_corrections_answer_the_runs_next_check(stack):
         a = client.check("dev", "exec", {"command": "npm test"}, session_id="lax-1")
         assert (a["action"], a["source"], a["detector"], a["count"]) == ("warn", "worker_warning", "generic_repeat", 10)
         assert a["proceed"] and a["verdict_id"] and "exec" in a["message"]
-        client.result("dev", session_id="lax-1", tool_call_id=a["tool_call_id"], result={"exit": 1})
+        same = {"exit": 1, "stderr": "1 failing"}  # as loop() reports: no progress
+        client.result("dev", session_id="lax-1", tool_call_id=a["tool_call_id"], result=same)
         loop(client, "lax-1", n=9)  # calls 13-21: the worker blocks the 21st
         until(lambda: client.get("/v1/stats")["client"]["corrections"] >= before + 2, what="the worker's block")
         b = client.check("dev", "exec", {"command": "npm test"}, session_id="lax-1")

@@ -32,6 +32,7 @@ MORE_DOCS = (
     "streams/hooks/HOOKS.md",
     "streams/mcpgate/MCP.md",
     "streams/runner/integrations/openclaw-plugin/README.md",
+    "streams/runner/integrations/typescript/TYPESCRIPT.md",
 )
 TEXT_SUFFIXES = (".py", ".md", ".sh", ".yml", ".yaml")
 HOST_SETTINGS = (".claude/", ".codex/", ".gemini/", ".cursor/")

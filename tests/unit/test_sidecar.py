@@ -144,6 +144,45 @@ async def test_check_batch_is_the_release_batch_admission_under_the_profile(http
     assert r.status == 400  # at least one call
 
 
+async def test_a_warning_under_the_profile_carries_the_release_note(http, monkeypatch):
+    """Under openclaw-latest a warned call's result gets the release's system note (what the Python adapters
+    append), so runners in other languages append the same; outside the profile there is none."""
+    monkeypatch.setitem(globals(), "CONFIG", {"tools": {"loopDetection": {"enabled": True}}})
+    client, _svc, _out = await http()
+    answers = await loop_calls(client, 11)
+    assert answers[10]["action"] == "warn" and "note" not in answers[10]
+    profile = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
+    monkeypatch.setitem(globals(), "CONFIG", profile)
+    client, _svc, _out = await http()
+    answers = await loop_calls(client, 11)
+    assert all("note" not in a for a in answers[:10])
+    assert answers[10]["action"] == "warn" and answers[10]["note"] == (
+        "[System note: Tool-loop warning after 10 repeated calls. "
+        "Change your approach or stop if you are not making progress.]"
+    )
+
+
+async def test_an_object_result_is_one_outcome_per_value_not_one_for_all(http):
+    """A host's result object that is not OpenClaw's ``{content, details}`` (Claude Code's Bash answer) is an
+    outcome per value: a poll whose output changes is never blocked; one whose output stays is (critical at 12
+    here: CONFIG's threshold)."""
+
+    async def poll(run_id: str, stdout) -> list[str]:
+        actions = []
+        for i in range(25):
+            body = {**AGENT, "run_id": run_id, "tool_name": "lookup", "params": {"q": "job 42"}}
+            a = await (await client.post("/v1/check", json=body)).json()
+            actions.append(a["action"])
+            result = {"stdout": stdout(i), "stderr": "", "interrupted": False}
+            ids = {"run_id": run_id, "tool_call_id": a["tool_call_id"]}
+            await client.post("/v1/result", json={**AGENT, **ids, "result": result, "blocked": not a["proceed"]})
+        return actions
+
+    client, _svc, _out = await http()
+    assert "block" not in await poll("moving", lambda i: f"built {i * 4}%\n")
+    assert (await poll("stuck", lambda i: "built 40%\n")).index("block") == 12
+
+
 async def test_results_without_call_ids_pair_by_tool_and_params(http):
     client, svc, out = await http()
     ids = []
