@@ -83,7 +83,7 @@ def filled_run(history_size: int, tools: tuple[str, ...] = REALISTIC_TOOLS) -> b
         call = wire.tool_call(ref, tools[i % len(tools)], {"path": f"src/module_{i}.py", "line": i})
         local.apply(ref.key, call, now=1.0)
         local.apply(ref.key, wire.result_for(call, result={"text": f"content {i}"}), now=1.0)
-    return encode_value(RunValue(offset=1, touched=1.0, state=local._states[ref.key]))
+    return encode_value(RunValue(offset=1, touched=1.0, state=local._states.get(ref.key)))
 
 
 def at_cap() -> dict:
