@@ -84,17 +84,20 @@ def outcome_text(event: ToolResult) -> str:
     """The outcome of a tool result as text (the error if any, else the result), for the fingerprint.
 
     A JSON string is read as its text; anything else is its JSON text. Bounded: at most
-    ``fingerprint.MAX_INPUT_CHARS`` characters are read."""
+    ``fingerprint.MAX_INPUT_CHARS`` characters, the head and the tail of a longer one."""
     raw = event.error if event.error is not UNSET and bytes(event.error) != b"null" else event.result
     if raw is UNSET:
         return ""
     body = bytes(raw)
     if body[:1] == b'"' and len(body) <= MAX_DECODED_BYTES:
         try:
-            return _str_decoder.decode(body)[: fp.MAX_INPUT_CHARS]
+            return fp.bounded(_str_decoder.decode(body))
         except msgspec.DecodeError:
             pass
-    return body[: 4 * fp.MAX_INPUT_CHARS].decode("utf-8", "replace")[: fp.MAX_INPUT_CHARS]
+    if len(body) <= 4 * fp.MAX_INPUT_CHARS:
+        return fp.bounded(body.decode("utf-8", "replace"))
+    half = 2 * fp.MAX_INPUT_CHARS  # bytes of each end, enough for their characters
+    return fp.bounded(body[:half].decode("utf-8", "replace") + " … " + body[-half:].decode("utf-8", "replace"))
 
 
 def note_print(state: RunState, event: ToolResult, ext: Extensions) -> str | None:
