@@ -11,7 +11,10 @@ apart), to ``tests/data/fingerprints.jsonl``, labelled with its failure: two out
 
 Some failures are near neighbours on purpose (the same missing file and another one, a
 404 and a 500, refusals on two fixed ports, two ``KeyError``s): they must not merge.
-Only loopback is used; nothing here needs the network.
+Some failures are also captured through a coding agent's own shell tool: Claude Code (the real
+CLI from the hosts' cache, ``tests/hosts/``) driven by a scripted model on loopback runs the
+command with its Bash tool in a project folder of its own, and the tool result the model received
+is the output (labels ``claude-code/...``, tool ``Bash``). Only loopback is used.
 """
 
 from __future__ import annotations
@@ -151,6 +154,44 @@ def scenarios(ws: Path, web: int) -> list[tuple[str, str, list[str]]]:
 STUCK_PORT = 0
 
 
+def _text(item: dict) -> str:
+    """A tool result's content as the model read it: a string, or its text blocks joined."""
+    content = item.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return str(content)
+
+
+def claude_code_rows(root: Path) -> list[dict]:
+    """Four failures through Claude Code's Bash tool, each round in a project folder of its own."""
+    from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, repeat
+    from tests.hosts.harness import ClaudeCode
+
+    rows = []
+    with FakeModelServer() as model:
+        for n in range(ROUNDS):
+            if n:
+                time.sleep(PAUSE)
+            host = ClaudeCode(root / f"cc-{n}" / ("home", "srv/agents", "var/lib")[n] / f"dev{n * 13}", model.url)
+            ws = host.project
+            (ws / "orders.py").write_text("import sys\n\nrecord = {'sku': 'A1'}\nprint(record[sys.argv[1]])\n")
+            commands = {
+                "cat-missing-input": f"cat {ws / 'data' / 'input.csv'}",
+                "cat-missing-labels": f"cat {ws / 'data' / 'labels.csv'}",
+                "curl-refused-ephemeral": f"curl -sS http://127.0.0.1:{closed_port()}/health",
+                "python-keyerror-user": f"python3 {ws / 'orders.py'} user_id",
+            }
+            for label, command in commands.items():
+                model.fake.clear()
+                model.fake.set(host.protocol, repeat(*host.shell(command)), 1)
+                proc = host.run("run the command", timeout=120)
+                results = [r for b in model.fake.bodies("") for r in anthropic_tool_results(b)]
+                assert results, (label, proc.stdout[-500:], proc.stderr[-500:])
+                text = _text(results[-1])
+                rows.append({"label": f"claude-code/{label}", "round": n, "tool": "Bash", "exit": None, "text": text})
+    return rows
+
+
 def main() -> None:
     global STUCK_PORT
     if not all(shutil.which(t) for t in ("cat", "bash", "node", "npm", "git", "curl")):
@@ -175,6 +216,8 @@ def main() -> None:
                     assert done.returncode != 0, (label, done.stdout, done.stderr)
                     text = done.stdout + done.stderr
                     rows.append({"label": label, "round": n, "tool": tool, "exit": done.returncode, "text": text})
+        with tempfile.TemporaryDirectory(prefix="fpc-") as root:
+            rows += claude_code_rows(Path(root))
     finally:
         server.shutdown()
         stuck.close()
