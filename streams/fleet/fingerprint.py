@@ -7,9 +7,9 @@ groups outcomes by :func:`fingerprint` of their :func:`normalize`-d text instead
 their exact hash (``loopwarden.fleet.fingerprint``, FLEET.md has the rules and examples).
 The per-run rules never see it: their outcome hashes stay OpenClaw's.
 
-Pure and bounded: the input is cut to :data:`MAX_INPUT_CHARS` first, every pattern is a
-single pass whose repetitions are possessive (no backtracking), so the cost is linear in
-at most that many characters. A change of the rules that moves any output is a new
+Pure and bounded: the input is cut first (:func:`bounded`: about 8,000 characters at most),
+every pattern is one pass whose repetitions are possessive or bounded (no backtracking, no
+rescanning of a long run), so the cost is linear in what is read. A change of the rules that moves any output is a new
 :data:`VERSION`: the version is part of every fingerprint, so outcomes fingerprinted by two
 versions never merge by accident, and incidents name it.
 """
@@ -165,6 +165,12 @@ def _emails(s: str) -> str:
     return "".join(out) + s[done:] if out else s
 
 
+_DUR_SUB = _if_word_starts("<dur>")
+_PID_SUB = _if_word_starts(r"\1\2<pid>")
+_COUNTER_SUB = _if_word_starts(r"\1\2<n>")
+_OF_SUB = _if_word_starts(r"<n>\1<n>")
+
+
 def _epoch(m: re.Match[str]) -> str:
     return m.group(0) if _before(m).isdigit() else "<ts>"
 
@@ -193,9 +199,9 @@ def normalize(text: str) -> str:
 
     Paths become ``…/`` and their last segment; generated ids ``<id>``; timestamps ``<ts>``;
     durations ``<dur>``; process ids ``<pid>``; ephemeral ports ``<port>``; counters and long
-    numbers ``<n>``; secrets ``<redacted>``; e-mail addresses ``<email>``; runs of whitespace one space. Short numbers
-    (status codes, exit codes, errnos, line numbers, well-known ports) are kept: they tell
-    failures apart.
+    numbers ``<n>``; secrets ``<redacted>``; e-mail addresses ``<email>``; runs of whitespace one
+    space. Short numbers (status codes, exit codes, errnos, line numbers, well-known ports) are
+    kept: they tell failures apart.
     """
     s = bounded(text)
     low = s.lower()
@@ -218,7 +224,7 @@ def normalize(text: str) -> str:
     if ":" in s:
         s = _CLOCK.sub("<ts>", s)
     s = _EPOCH.sub(_epoch, s)
-    s = _DURATION.sub(_if_word_starts("<dur>"), s)
+    s = _DURATION.sub(_DUR_SUB, s)
     s = _HEX.sub(_hex, s)
     s = _TOKEN.sub(_token, s)
     if ":" in s:
@@ -226,15 +232,15 @@ def normalize(text: str) -> str:
     if "port" in low:
         s = _WORD_PORT.sub(_port, s)
     if "pid" in low or "process" in low:
-        s = _PID.sub(_if_word_starts(r"\1\2<pid>"), s)
+        s = _PID.sub(_PID_SUB, s)
     if "[" in s:
         s = _BRACKET_PID.sub(_bracket_pid, s)
     if "kill" in low:
         s = _KILL.sub(r"\1<pid>", s)
     if any(w in low for w in _COUNTER_WORDS):
-        s = _COUNTER.sub(_if_word_starts(r"\1\2<n>"), s)
+        s = _COUNTER.sub(_COUNTER_SUB, s)
     if "/" in s or "of" in low:
-        s = _OF.sub(_if_word_starts(r"<n>\1<n>"), s)
+        s = _OF.sub(_OF_SUB, s)
     s = _LONG_NUMBER.sub("<n>", s)
     if "<ts>" in s:
         s = _REPEAT.sub(r"\1", s)
