@@ -21,7 +21,7 @@ does not.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -59,6 +59,20 @@ class CrossRun(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid
     session_ttl: float = 604_800.0  # seconds a session with no finished run is kept (its fingerprints forgotten)
 
 
+FingerprintMode = Literal["normalized", "exact"]
+
+
+class Fleet(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """How the fleet side (incidents, ``cross_run_repeat``) tells two outcomes are one failure.
+
+    ``normalized``: by the failure fingerprint (``loopwarden.fleet.fingerprint``: paths, ids,
+    timestamps, durations, pids, ephemeral ports and counters taken out), so agents in their own
+    workspaces share an incident; ``exact``: by OpenClaw's outcome hash, as before the fingerprint.
+    Per-run rules always use the exact hash."""
+
+    fingerprint: FingerprintMode = "normalized"
+
+
 class Escalation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """Abort a run that ignores its verdicts (0 = off)."""
 
@@ -93,6 +107,7 @@ class Extensions(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forb
     incidents: Incidents = Incidents()
     cross_run: CrossRun = CrossRun()
     escalation: Escalation = Escalation()
+    fleet: Fleet = Fleet()
 
     def shadowed(self, detector: str) -> bool:
         """Whether a detection of ``detector`` is recorded but not enforced."""
@@ -113,7 +128,7 @@ def observed(ext: Extensions) -> Extensions:
     return ext if ext.shadow is True else msgspec.structs.replace(ext, shadow=True)
 
 
-_SECTIONS = {"incidents": Incidents, "crossRun": CrossRun, "escalation": Escalation}
+_SECTIONS = {"incidents": Incidents, "crossRun": CrossRun, "escalation": Escalation, "fleet": Fleet}
 
 
 def overlay_extensions(global_block: Any, agent_block: Any) -> dict:

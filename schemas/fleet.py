@@ -30,12 +30,19 @@ def unknown_signature(name: str) -> str:
     return _key_encoder.encode(("unknown", name)).decode()
 
 
-def parse_signature(signature: str) -> tuple[str, str | None, str | None]:
-    """``(tool_name, outcome_hash, unknown_tool)`` of a signature string."""
+def print_signature(tool: str, fingerprint: str) -> str:
+    """The signature of a failure seen as (tool, failure fingerprint), whatever the arguments."""
+    return _key_encoder.encode(("print", tool, fingerprint)).decode()
+
+
+def parse_signature(signature: str) -> tuple[str, str | None, str | None, str | None]:
+    """``(tool_name, outcome_hash, unknown_tool, fingerprint)`` of a signature string."""
     parts = _key_decoder.decode(signature)
     if parts[0] == "unknown":
-        return parts[1], None, parts[1]
-    return parts[1], parts[2], None
+        return parts[1], None, parts[1], None
+    if parts[0] == "print":
+        return parts[1], None, None, parts[2]
+    return parts[1], parts[2], None, None
 
 
 class JoinSignal(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", tag="join"):
@@ -50,6 +57,11 @@ class JoinSignal(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", ta
     unknown_tool: str | None = None
     streak: int = 0  # matching records in the run's window when it joined
     sample: str = ""  # the outcome's text, cut to MAX_SAMPLE_CHARS
+    # The failure fingerprint the run joined by ("n1:<hex>", loopwarden.fleet.fingerprint) or, for
+    # an exact signature, its outcome hash; its kind ("normalized-1" or "exact"); None: unknown tool.
+    fingerprint: str | None = None
+    fingerprint_kind: str | None = None
+    example: str = ""  # the outcome, normalized (paths, ids, secrets taken out), bounded
 
 
 class FinishedRun(msgspec.Struct, kw_only=True, frozen=True, tag_field="type", tag="finished_run"):
@@ -93,6 +105,13 @@ class Incident(msgspec.Struct, kw_only=True, tag_field="type", tag="incident"):
     first_seen: float
     last_seen: float
     ts: float
+    # What failed, for operators (optional: records from before it decode): the failure
+    # fingerprint (or the exact outcome hash), its kind with the version of the rules
+    # ("normalized-1", "exact"), and one outcome normalized and cut to 256 characters. Never put
+    # before a model: the fleet response's message names only the incident.
+    fingerprint: str | None = None
+    fingerprint_kind: str | None = None
+    example: str = ""
 
 
 _incident_decoder = msgspec.json.Decoder(Incident)

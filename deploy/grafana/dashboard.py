@@ -575,6 +575,31 @@ def build() -> dash_b.Dashboard:
     )
     board = _add(
         board,
+        bargauge.Panel()
+        .title("Open incidents by fingerprint")
+        .description(
+            "Runs joined to each open incident, by its failure fingerprint (the outcome with paths, ids, times, "
+            "pids and ports taken out; kind normalized-N or exact) and tool. The incident records on "
+            "agent.loop-incidents carry the same fingerprint and a normalized example of the outcome."
+        )
+        .datasource(DATASOURCE)
+        .unit("none")
+        .min(0)
+        .height(8)
+        .span(24)
+        .orientation(common.VizOrientation.HORIZONTAL)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .with_target(
+            q(
+                f"topk(20, sum by (fingerprint, kind, tool) (loopwarden_open_incident_fingerprints{{{SEL}}}))",
+                "{{tool}} {{fingerprint}} ({{kind}})",
+                instant=True,
+            )
+        ),
+    )
+    board = _add(
+        board,
         _top_tools(
             "Top failure signatures",
             "Tools whose failures most runs joined in the time range (a join = one run with the "

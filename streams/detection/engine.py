@@ -222,6 +222,24 @@ def _on_call_latest(state: RunState, event: ToolCall, cfg: ResolvedConfig, ext: 
     return _new(StepResult, (state, detections, False, False, charge))
 
 
+def outcome_hash(event: ToolResult, ext: Extensions | None = None) -> str | None:
+    """The result hash a tool result is recorded with (the hashers' memo makes a repeat cheap).
+
+    For the fleet side, which keys its failure fingerprints by it (``RunState.prints``);
+    ``_on_result``/``_on_result_latest`` compute the same inline on the hot path."""
+    tool = normalize_tool_name(event.tool_name)
+    raw = _EMPTY_PARAMS if event.params is UNSET else bytes(event.params)
+    error = None if event.error is UNSET else bytes(event.error)
+    if error == b"null":
+        error = None
+    body = None if error is not None or event.result is UNSET else bytes(event.result)
+    if error is None and body is None:
+        return None
+    if ext is not None and ext.profile:
+        return LATEST_HASHER.outcome(tool, LATEST_HASHER.call_info(tool, raw).mode, body, error).result_hash
+    return HASHER.outcome(tool, HASHER.call_info(tool, raw).mode, body, error).result_hash
+
+
 def _on_result_latest(state: RunState, event: ToolResult, cfg: ResolvedConfig, ext: Extensions) -> StepResult:
     call_id = event.tool_call_id
     if (state.blocked or state.blocked_without_id) and _vetoed(state, call_id):  # recorded when blocked

@@ -27,10 +27,28 @@ from loopwarden.schemas.fleet import Incident
 from loopwarden.schemas.verdicts import Detection
 
 
-def matching(history: History, tool: str, outcome_hash: str | None, unknown: str | None) -> int:
-    """Records of the window that match one signature (the fleet response counts these)."""
+def matching(
+    history: History,
+    tool: str,
+    outcome_hash: str | None,
+    unknown: str | None,
+    fingerprint: str | None = None,
+    prints: dict[str, str] | None = None,
+) -> int:
+    """Records of the window that match one signature (the fleet response counts these).
+
+    An incident of a normalized signature (no outcome hash, a ``fingerprint``) matches the records
+    whose outcome's fingerprint, noted in the run's ``prints``, is that one."""
     if unknown is not None:
         return history.unknowns.count(unknown)
+    if outcome_hash is None and fingerprint is not None:
+        if not prints:
+            return 0
+        return sum(
+            1
+            for t, r, u in zip(history.tools, history.results, history.unknowns)
+            if u is None and t == tool and r is not None and prints.get(r) == fingerprint
+        )
     return sum(
         1
         for t, r, u in zip(history.tools, history.results, history.unknowns)
@@ -70,7 +88,7 @@ def fleet_block(state: RunState, event: ToolCall, board: IncidentBoard, ext: Ext
         return None
     need = max(1, ext.incidents.block_after)
     for inc in incidents.values():
-        n = matching(state.history, tool, inc.outcome_hash, inc.unknown_tool)
+        n = matching(state.history, tool, inc.outcome_hash, inc.unknown_tool, inc.fingerprint, state.prints)
         if n >= need:
             return Detection(
                 level="critical",

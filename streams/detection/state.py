@@ -232,6 +232,9 @@ class RunState(msgspec.Struct, array_like=True, dict=True):
     usage: RunUsage | None = None
     # The openclaw-latest profile's record fields (None without the profile).
     extras: RecordExtras | None = None
+    # The fleet side's failure fingerprint of each outcome hash in the window (result hash ->
+    # fingerprint, loopwarden.fleet.fingerprint); None = none. Not read by OpenClaw's rules.
+    prints: dict[str, str] | None = None
 
     def has_seen(self, event_id: str) -> bool:
         return find_digest(self.seen, event_digest(event_id)) >= 0
@@ -304,7 +307,7 @@ _encoder = msgspec.msgpack.Encoder()
 # The stored format (STATE.md). Every value starts with its version byte, 0x01-0x7f;
 # version 1, written before versions existed, has none: it starts with a msgpack array
 # (0x90-0x9f, 0xdc, 0xdd) or with the escape byte below, neither of which is a version.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _VERSION_BYTE = bytes([FORMAT_VERSION])
 _LAST_VERSION_BYTE = 0x7F
 
@@ -391,7 +394,8 @@ def unpack(raw: bytes, codec: StoredCodec) -> Any:
     """The inverse of :func:`pack`, for every version this code reads (raises :class:`UnknownFormatVersion`).
 
     Versions 1 and 2 share one layout (2 only added the version byte), read by the codec's
-    legacy Struct and upgraded; version 3 is today's (STATE.md)."""
+    legacy Struct and upgraded; version 3 is today's layout without its last slot (``prints``),
+    read by today's Struct at that slot's default; version 4 is today's (STATE.md)."""
     head = raw[0] if raw else 0
     body: bytes | memoryview
     if 0 < head <= _LAST_VERSION_BYTE:  # a version byte
@@ -400,7 +404,7 @@ def unpack(raw: bytes, codec: StoredCodec) -> Any:
         body = memoryview(raw)[1:]
     else:  # version 1: no version byte
         body = raw
-    current = head == FORMAT_VERSION
+    current = 3 <= head <= FORMAT_VERSION  # version 3 is a prefix of today's layout
     if body[:1] == _ESCAPED:
         plain = _map_strings(msgspec.msgpack.decode(body[1:]), _unescape)
         return msgspec.convert(plain, codec.type) if current else msgspec.convert(plain, codec.legacy).upgrade()

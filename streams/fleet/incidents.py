@@ -44,6 +44,10 @@ class SignatureState(msgspec.Struct, array_like=True):
     agents: list[str] = msgspec.field(default_factory=list)
     run_count: int = 0
     agent_count: int = 0
+    # What the signature is, for the record (last: table values from before them still decode).
+    fingerprint: str | None = None
+    fingerprint_kind: str | None = None
+    example: str = ""
 
 
 def incident_id(signature: str, opened_at: float) -> str:
@@ -67,6 +71,9 @@ def _record(st: SignatureState, state: str, ts: float) -> Incident:
         first_seen=st.first_seen,
         last_seen=st.last_seen,
         ts=ts,
+        fingerprint=st.fingerprint,
+        fingerprint_kind=st.fingerprint_kind,
+        example=st.example,
     )
 
 
@@ -95,9 +102,13 @@ def apply_join(st: SignatureState | None, signal: JoinSignal, cfg: Incidents) ->
             tool_name=signal.tool_name,
             outcome_hash=signal.outcome_hash,
             unknown_tool=signal.unknown_tool,
+            fingerprint=signal.fingerprint,
+            fingerprint_kind=signal.fingerprint_kind,
         )
     if not st.sample and signal.sample:
         st.sample = signal.sample
+    if not st.example and signal.example:
+        st.example = signal.example
     if st.incident_id is not None:
         if signal.run_key in st.runs:
             return st, out

@@ -56,7 +56,7 @@ from loopwarden.schemas.fleet import (
 from loopwarden.schemas.verdicts import Verdict
 from loopwarden.worker.batch import Outgoing
 from loopwarden.worker.committer import Publisher
-from loopwarden.worker.metrics import Metrics
+from loopwarden.worker.metrics import MAX_FINGERPRINT_SERIES, Metrics
 from loopwarden.worker.runtable import RunTable
 from loopwarden.worker.settings import Settings
 
@@ -226,6 +226,7 @@ class FleetRuntime:
         cfg = self.fleet().extensions(GLOBAL_KEY).incidents
         open_count = 0
         runs: dict[str, int] = {}
+        prints: dict[tuple[str, str, str], int] = {}
         writes, records = [], []
         latest = -math.inf
         for partition, key, raw in list(self.signatures.owned_items(owned)):
@@ -243,6 +244,10 @@ class FleetRuntime:
                 open_count += 1
                 label = self.metrics.tool(new.tool_name)
                 runs[label] = runs.get(label, 0) + new.run_count
+                series = (new.fingerprint or "", new.fingerprint_kind or "", label)
+                if series not in prints and len(prints) >= MAX_FINGERPRINT_SERIES:
+                    series = ("other", "", "other")
+                prints[series] = prints.get(series, 0) + new.run_count
         if now == -math.inf and latest > -math.inf:  # restarted: event time resumes from the stored states
             self.watermark, self._arrived = latest, time.time()
         await self.publish(records)
@@ -252,6 +257,9 @@ class FleetRuntime:
         m.incident_runs.clear()
         for label, n in runs.items():
             m.incident_runs.labels(label).set(n)
+        m.incident_fingerprints.clear()
+        for (print_, kind, label), n in prints.items():
+            m.incident_fingerprints.labels(print_, kind, label).set(n)
 
     async def sweep_sessions(self, owned: set[int]) -> int:
         """Drop the sessions with no finished run for ``crossRun.sessionTtl``: the sessions table

@@ -14,6 +14,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
+# Open incidents labelled by fingerprint per worker: each is a series, so they are capped (an
+# outage opens a handful; a fleet with hundreds open at once is summed under "other").
+MAX_FINGERPRINT_SERIES = 50
 _LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _STEP_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05)
 
@@ -167,6 +170,13 @@ class Metrics:
         )
         self.incident_runs = Gauge(
             "loopwarden_incident_runs", "Runs joined to open incidents, by tool", ["tool"], registry=r
+        )
+        self.incident_fingerprints = Gauge(
+            "loopwarden_open_incident_fingerprints",
+            "Runs joined to each open incident of this worker's partitions, by its failure fingerprint, "
+            f"the fingerprint's kind and the tool (the first {MAX_FINGERPRINT_SERIES} incidents; the rest 'other')",
+            ["fingerprint", "kind", "tool"],
+            registry=r,
         )
         # Runners that decide locally (loopwarden.worker.audit): the worker's decision against theirs.
         self.runner_decisions = Counter(

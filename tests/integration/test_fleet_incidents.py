@@ -258,3 +258,75 @@ def test_fleet_response_blocks_a_new_run_as_replay_predicts(tansu, names, worker
         if isinstance(r, dict) and r.get("type") == "incident"
     ]
     assert [r["incident_id"] for r in replayed if r["state"] == "open"] == [incident]
+
+
+# -- the failure fingerprint: agents in their own workspaces, real tool output, real runner clients --
+
+WORKSPACE_DOC = {"loopwarden": {"incidents": {"enabled": True, "minStreak": 3, "minRuns": 5, "minAgents": 2}}}
+
+
+def agent_workspace(root, i: int):
+    """Agent ``i``'s own workspace: another place, depth and name on every agent, as in a fleet."""
+    places = [root / "home" / f"user{i}" / "shop", root / "srv" / "agents" / f"agent-{i}" / "ws", root / f"w{i}"]
+    ws = places[i % len(places)]
+    (ws / "data").mkdir(parents=True)
+    return ws
+
+
+async def _loop_on_missing_file(bootstrap: str, names, run_id: str, agent: str, ws, name: str, calls: int = 3):
+    """A runner whose agent keeps running ``cat`` on a file its workspace lacks (the shell tool's real output)."""
+    import subprocess
+
+    from loopwarden.runner import LoopClient
+
+    async with LoopClient(bootstrap=bootstrap, events_topic=names.events, control_topic=names.control) as client:
+        run = client.run(agent, session_id=f"s-{run_id}", run_id=run_id)
+        for n in range(calls):
+            command = f"cat {ws / 'data' / name}"
+            done = subprocess.run(command.split(), cwd=ws, capture_output=True, text=True, check=False)
+            assert done.returncode != 0 and str(ws) in done.stderr  # each agent's output names its own workspace
+            call = await run.tool_call("exec", {"command": command, "attempt": n}, tool_call_id=f"{run_id}-{n}")
+            await run.tool_result(call, error=done.stderr)
+        await run.end()
+
+
+def test_agents_in_their_own_workspaces_open_one_incident_as_replay_does(tansu, names, workers, tmp_path):
+    import asyncio
+
+    config = tmp_path / "fleet.json"
+    config.write_text(json.dumps(WORKSPACE_DOC))
+    worker = workers(names, "solo", config=config)
+    worker.wait_ready()
+    # five runs of three agents miss data/input.csv, four runs of two agents miss data/labels.csv: nine
+    # runs fail, but only the first failure has minRuns runs
+    plan = [(f"in-{i}", f"agent-{i % 3}", "input.csv") for i in range(5)]
+    plan += [(f"lab-{i}", f"agent-{3 + i % 2}", "labels.csv") for i in range(4)]
+
+    async def fleet() -> None:
+        for i, (run_id, agent, name) in enumerate(plan):
+            ws = agent_workspace(tmp_path / "agents" / run_id, i)
+            await _loop_on_missing_file(tansu, names, run_id, agent, ws, name)
+
+    asyncio.run(fleet())
+    records = incident_records(tansu, names.incidents, lambda rs: len(opened(rs)) >= 1)
+    assert len(opened(records)) == 1 and [r["state"] for r in records] == ["open"], records
+    (rec,) = records
+    assert sorted(rec["run_keys"]) == [f"in-{i}" for i in range(5)] and rec["agent_count"] == 3
+    assert rec["fingerprint"].startswith("n1:") and rec["fingerprint_kind"] == "normalized-1"
+    assert rec["example"] == "cat: …/input.csv: No such file or directory"
+    assert str(tmp_path) not in json.dumps(rec)  # no workspace path reaches the record
+    series = (
+        f'loopwarden_open_incident_fingerprints{{fingerprint="{rec["fingerprint"]}",kind="normalized-1",tool="exec"}}'
+    )
+    assert worker.wait_metric(series, 5) == 5
+
+    # replay --incidents over what the runners published gives the same incident
+    published = [r.value.decode() for r in collect(tansu, names.events, until=lambda rs: len(rs) >= 9 * 7)]
+    replayed = [
+        r
+        for r in replay_lines(published, FleetConfig.from_document(WORKSPACE_DOC), incidents=True)
+        if isinstance(r, dict) and r.get("type") == "incident"
+    ]
+    assert [(r["incident_id"], r["state"]) for r in replayed] == [(rec["incident_id"], "open")]
+    keep = ("signature", "fingerprint", "fingerprint_kind", "example", "run_count", "agent_count", "first_seen")
+    assert {k: replayed[0][k] for k in keep} == {k: rec[k] for k in keep}

@@ -66,3 +66,43 @@ def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incid
     text = json.dumps(incident)
     assert "dev-alice" in text and "dev-bob" in text, text
     assert incident["run_count"] == 2
+
+
+WORKSPACE_CONFIG = CONFIG  # the default fingerprint: normalized
+
+
+def test_the_same_failure_in_each_developers_own_workspace_opens_one_incident(tansu: str, worker, tmp_path: Path):
+    """Each session reads a file missing from its own project by its absolute path, so the bytes of the
+    two failures differ (each names its own folder); the failure fingerprint makes them one incident.
+    A third session missing another file joins none: its failure is a different one."""
+    names = worker.names
+    config = tmp_path / "loop.json"
+    config.write_text(json.dumps(WORKSPACE_CONFIG))
+    topics = ["--bootstrap", tansu, "--events-topic", names.events, "--control-topic", names.control]
+    topics += ["--config-topic", names.config]
+    services = []
+    try:
+        with FakeModelServer() as model:
+            for dev, name in (("ws-carol", "labels.csv"), ("ws-alice", "input.csv"), ("ws-bob", "input.csv")):
+                service = scenarios.sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
+                services.append(service)
+                host = ClaudeCode(tmp_path / dev / "work" / dev[3:], model.url)
+                scenarios.install_hooks(host, service.url, dev)
+                model.fake.set(host.protocol, repeat(*host.shell(f"cat {host.project / 'data' / name}")), 4)
+                scenarios.run_ok(host, "read the data")
+            records = collect(
+                tansu,
+                names.incidents,
+                until=lambda rs: any(json.loads(r.value)["state"] == "open" for r in rs),
+                timeout=90,
+            )
+    finally:
+        for service in services:
+            service.stop()
+    ours = [json.loads(r.value) for r in records]
+    ours = [r for r in ours if {"ws-alice", "ws-bob", "ws-carol"} & set(r["agent_ids"])]
+    assert [r["state"] for r in ours] == ["open"], ours
+    (incident,) = ours
+    assert sorted(incident["agent_ids"]) == ["ws-alice", "ws-bob"] and incident["run_count"] == 2
+    assert incident["fingerprint_kind"] == "normalized-1" and "…/input.csv" in incident["example"], incident
+    assert str(tmp_path) not in json.dumps(incident)

@@ -30,6 +30,7 @@ REQUIRED_PANELS = {
     "Consumer lag per partition": "loopwarden_consumer_lag",
     "Open incidents": "loopwarden_open_incidents",
     "Runs per incident": "loopwarden_incident_runs",
+    "Open incidents by fingerprint": "loopwarden_open_incident_fingerprints",
     "Top failure signatures": "loopwarden_fleet_joins_total",
     "Verdict -> ack latency": "loopwarden_verdict_ack_seconds_bucket",
     "Unacknowledged verdicts": "loopwarden_verdicts_unacked_total",

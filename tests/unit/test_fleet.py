@@ -15,7 +15,7 @@ from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event
 from loopwarden.schemas.extensions import CrossRun, Incidents
-from loopwarden.schemas.fleet import FinishedRun, JoinSignal, outcome_signature, unknown_signature
+from loopwarden.schemas.fleet import FinishedRun, JoinSignal, outcome_signature, print_signature, unknown_signature
 
 EXT_ON = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True}, "crossRun": {"enabled": True}}})
 CFG = Incidents(enabled=True)  # minStreak 3, minRuns 5, minAgents 2, window 600
@@ -81,7 +81,8 @@ def test_same_failure_with_varied_arguments_joins_once_at_min_streak():
     assert isinstance(s, JoinSignal)
     assert (s.run_key, s.agent_id, s.tool_name, s.streak, s.unknown_tool) == ("r1", "a1", "web_search", 3, None)
     assert s.ts == 102.0  # the third result's event time
-    assert s.signature == outcome_signature("web_search", s.outcome_hash)
+    assert s.signature == print_signature("web_search", s.fingerprint)  # the default: normalized
+    assert (s.fingerprint_kind, s.outcome_hash) == ("normalized-1", None)
     assert s.sample == ""  # raw result text only with incidents.samples on
     assert state.joined == [s.signature]
     samples_on = FleetConfig.from_document({"loopwarden": {"incidents": {"enabled": True, "samples": True}}})
@@ -601,3 +602,155 @@ def test_fleet_publishes_ride_out_a_broker_outage_and_state_waits_for_them():
     assert set(stored) == {(0, b"s")}  # the session's state, under the session's key
     control = runtime.settings.control_topic
     assert metrics.registry.get_sample_value("loopwarden_publish_retries_total", {"topic": control}) == 2
+
+
+# -- failure fingerprints (loopwarden.fleet.fingerprint) ---------------------------------------------
+
+
+def workspace_failure(i: int, name: str = "input.csv") -> str:
+    """One failure as agent ``i`` sees it from its own workspace, home, request and clock."""
+    return (
+        f"ENOENT: no such file or directory, open '/srv/agents/agent-{i}/ws-{i * 7919:x}/data/{name}' "
+        f"(request_id=req_{i:04d}f8a9c2e1b7d4, at 2026-12-06T03:{i % 60:02d}:1{i % 10}Z, pid {4000 + 37 * i})"
+    )
+
+
+def workspace_trace(mode: str | None, name=lambda i: "input.csv", runs: int = 6, calls: int = 4) -> list[str]:
+    events = []
+    for r in range(runs):
+        for c in range(calls):  # the same run also prints other ids and times on every call
+            events += pair(
+                f"run{r}",
+                c,
+                "read",
+                {"path": "data/x"},
+                agent=f"agent{r % 3}",
+                ts=100.0 + 10 * r + c,
+                error=workspace_failure(r * 10 + c, name(r)),
+            )
+    return [json.dumps(e) for e in events]
+
+
+def fingerprint_doc(mode: str | None, **incidents) -> dict:
+    block = {"incidents": {"enabled": True, **incidents}}
+    return {"loopwarden": {**block, "fleet": {"fingerprint": mode}} if mode else block}
+
+
+def test_runs_in_their_own_workspaces_open_one_incident_with_the_fingerprint():
+    records = fleet_records(fingerprint_doc(None), workspace_trace(None))
+    assert [r["state"] for r in records] == ["open", "update"]
+    assert len({r["incident_id"] for r in records}) == 1 and records[-1]["run_count"] == 6
+    rec = records[0]
+    assert rec["fingerprint"].startswith("n1:") and rec["fingerprint_kind"] == "normalized-1"
+    assert rec["signature"] == print_signature("read", rec["fingerprint"]) and rec["outcome_hash"] is None
+    # the operator sees what failed, without a workspace path, request id, time or pid
+    assert rec["example"].startswith("ENOENT: no such file or directory, open '…/input.csv'")
+    assert "agent-" not in rec["example"] and "req_" not in rec["example"] and "2026" not in rec["example"]
+    assert rec["sample"] == ""  # the raw text stays opt-in (incidents.samples)
+
+
+def test_exact_keeps_the_outcome_hash_grouping_where_such_runs_never_meet():
+    assert fleet_records(fingerprint_doc("exact"), workspace_trace("exact")) == []
+    same_bytes = [json.dumps(e) for r in range(6) for e in failing_run(f"run{r}", f"agent{r % 3}", 100.0 + 10 * r)]
+    (rec, *_) = fleet_records(fingerprint_doc("exact"), same_bytes)
+    assert rec["signature"] == outcome_signature("web_search", rec["outcome_hash"])
+    assert (rec["fingerprint"], rec["fingerprint_kind"]) == (rec["outcome_hash"], "exact")
+    assert rec["example"] == "503 Service Unavailable: upstream down"
+
+
+def test_different_failures_open_no_incident_together():
+    # three runs miss input.csv, three miss labels.csv: 3 < minRuns each, 6 together
+    records = fleet_records(
+        fingerprint_doc(None), workspace_trace(None, lambda r: "input.csv" if r % 2 else "labels.csv")
+    )
+    assert records == []
+    assert len(fleet_records(fingerprint_doc(None, minRuns=3), workspace_trace(None, lambda r: ("a", "b")[r % 2]))) == 2
+
+
+def test_per_run_verdicts_and_hashes_do_not_change_with_the_fingerprint():
+    doc = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}}}
+    trace = workspace_trace(None, runs=3, calls=5)
+    plain = list(replay_lines(trace, FleetConfig.from_document(doc)))
+    assert plain  # OpenClaw's own detectors fire on the trace (the same arguments every call)
+    for mode in ("normalized", "exact"):
+        with_fleet = {
+            **doc,
+            **fingerprint_doc(mode),
+            "loopwarden": {**fingerprint_doc(mode)["loopwarden"], "crossRun": {"enabled": True}},
+        }
+        rows = [
+            r for r in replay_lines(trace, FleetConfig.from_document(with_fleet), incidents=True) if "type" not in r
+        ]
+        assert rows == plain
+    fleet = FleetConfig.from_document(fingerprint_doc(None))
+    states = {}
+    for mode_doc in (doc, fingerprint_doc(None)):
+        f = FleetConfig.from_document(mode_doc)
+        state = None
+        for line in trace:
+            event = decode_event(line)
+            result = step(state, event, f.resolve(event.agent_id))
+            run_signals(state if state is not None else result.state, event, result, f.extensions(event.agent_id))
+            state = result.state
+        states[bool(mode_doc.get("loopwarden"))] = state
+    assert states[True].history == states[False].history  # OpenClaw's hashes, untouched
+    assert states[False].prints is None and states[True].prints
+    assert fleet.extensions("a").fleet.fingerprint == "normalized"
+
+
+def test_a_runs_fingerprints_are_bounded_by_its_window():
+    events = []
+    for c in range(200):  # 200 distinct outcomes, the window holds 30
+        events += pair("r1", c, "read", {"path": f"f{c}"}, ts=float(c), error=f"error {c}: boom")
+    _, state = drive(events)
+    assert len(state.history) == 30
+    assert set(state.history.results) <= set(state.prints) and len(state.prints) <= 30 + 16
+
+
+def test_the_fleet_block_counts_records_by_fingerprint_and_never_shows_the_example():
+    doc = fingerprint_doc(None, block=True, blockAfter=3)
+    trace = workspace_trace(None, runs=7, calls=5)
+    incident = fleet_records(doc, trace)[0]
+    rows = [r for r in replay_lines(trace, FleetConfig.from_document(doc), incidents=True) if "detector" in r]
+    assert rows and all(r["detector"] == "fleet_incident" and r["action"] == "block" for r in rows)
+    assert {r["run_id"] for r in rows} == {"run4", "run5", "run6"} and all(r["count"] == 3 for r in rows)
+    assert all(incident["incident_id"] in r["message"] and "input.csv" not in r["message"] for r in rows)
+
+
+def test_cross_run_repeat_sees_runs_whose_outputs_differ_only_in_times_and_ids():
+    def trace(mode: str) -> list[dict]:
+        doc = {"loopwarden": {"crossRun": {"enabled": True}, "fleet": {"fingerprint": mode}}}
+        events = []
+        for d in range(3):
+            for c in range(2):
+                events += pair(
+                    f"day{d}",
+                    c,
+                    "exec",
+                    {"command": f"step {c}"},
+                    session="nightly",
+                    ts=1000.0 * d + c,
+                    result=f"job {d:08x}-6a1e-4c2b-9f00-{d:012x} finished step {c} at 2026-12-0{d + 1}T02:00:0{c}Z",
+                )
+            events.append(
+                {
+                    "type": "run_end",
+                    "agent_id": "a1",
+                    "session_id": "nightly",
+                    "run_id": f"day{d}",
+                    "ts": 1000.0 * d + 5,
+                }
+            )
+        lines = [json.dumps(e) for e in events]
+        return [r for r in replay_lines(lines, FleetConfig.from_document(doc), incidents=True) if r.get("detector")]
+
+    assert [r["run_id"] for r in trace("normalized")] == ["day2"]
+    assert trace("exact") == []
+
+
+def test_a_bad_fingerprint_setting_is_reported_and_falls_back_to_the_default():
+    from loopwarden.schemas.extensions import resolve_extensions
+
+    ext, problems = resolve_extensions({"fleet": {"fingerprint": "fuzzy"}})
+    assert ext.fleet.fingerprint == "normalized" and problems and "loopwarden.fleet" in problems[0]
+    assert resolve_extensions({"fleet": {"fingerprint": "exact"}})[0].fleet.fingerprint == "exact"

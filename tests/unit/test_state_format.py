@@ -77,6 +77,7 @@ def representative(tool: str = "web_search") -> RunState:
             loops={"generic:web_search:aa11": [120, 0.5]},
             blocked={"web_search:aa11": ("generic_repeat", "generic:web_search:aa11", False)},
         ),
+        prints={"r:dd44": "n1:0123456789abcdef0123456789abcdef"},
     )
 
 
@@ -95,7 +96,15 @@ CASES = {
     "value-escaped": ("value", lambda: RunValue(offset=43, touched=1764547203.5, state=representative("we\udc00b"))),
 }
 CODECS = {"state": (encode_state, decode_state), "value": (encode_value, decode_value)}
-VERSIONS = (1, 2, 3)  # every version that has golden files and is still read
+VERSIONS = (1, 2, 3, 4)  # every version that has golden files and is still read
+
+
+def as_of(version: int, value):
+    """The value a file of ``version`` decodes to: versions before 4 have no ``prints`` slot."""
+    state = value if isinstance(value, RunState) or value is None else value.state
+    if version < 4 and state is not None:
+        state.prints = None
+    return value
 
 
 def golden(version: int, stem: str) -> bytes:
@@ -114,7 +123,7 @@ def test_golden_bytes_decode_to_the_state_they_were_written_from(version, stem):
     raw = golden(version, stem)
     assert stored_version(raw) == version
     decoded = CODECS[codec][1](raw)
-    assert decoded == build()
+    assert decoded == as_of(version, build())
     state = decoded if codec == "state" else decoded.state
     if state is not None:  # bytes would compare equal, but a run must be able to remember more ids in place
         assert type(state.seen) is bytearray
@@ -249,6 +258,12 @@ def test_version_3_is_version_2_with_id_digests_and_no_call_ids_on_complete_reco
     tools, args, call_ids, results, unknowns = v2[0]
     assert v3[0] == [tools, args, [c if r is None else None for c, r in zip(call_ids, results)], results, unknowns]
     assert v3[1:seen] == v2[1:seen] and v3[seen + 1 :] == v2[seen + 1 :]
+
+
+def test_version_4_is_version_3_with_the_fleet_fingerprints_at_the_end():
+    for stem in ("state", "state-no-usage"):
+        v3, v4 = (msgspec.msgpack.decode(golden(v, stem)[1:]) for v in (3, 4))
+        assert v4[:-1] == v3 and v4[-1] == {"r:dd44": "n1:0123456789abcdef0123456789abcdef"}
 
 
 # -- a worker upgraded in place: runs stored by a version-2 worker go on where they were -----------
