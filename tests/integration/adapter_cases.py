@@ -71,6 +71,56 @@ def assert_repeat_outcome(texts: list[str], tool_runs: int) -> None:
     assert all(t.startswith(BLOCK_TEXT) for t in texts[RUNS_BEFORE_BLOCK:])  # a blocked call is not recorded
 
 
+# ---- ping-pong: lookup(q="job 42") and lookup(q="job 43") in turn, each with the same outcome every time ----
+PINGPONG_CALLS = 20
+PINGPONG_WARN_TEXT = "WARNING: You are alternating between repeated tool-call patterns (10 consecutive calls)."
+PINGPONG_BLOCK_TEXT = "CRITICAL: You are alternating between repeated tool-call patterns (20 consecutive calls)"
+
+
+def pingpong_args(i: int) -> dict:
+    """Call ``i``'s (0-based) arguments."""
+    return {"q": "job 42" if i % 2 == 0 else "job 43"}
+
+
+def assert_pingpong_outcome(texts: list[str], tool_runs: int) -> None:
+    """``texts``: what the model got for each of the 20 alternating calls: warned at 10, blocked at 20."""
+    assert len(texts) == PINGPONG_CALLS and tool_runs == PINGPONG_CALLS - 1
+    assert PINGPONG_WARN_TEXT in texts[9] and all(PINGPONG_WARN_TEXT not in t for i, t in enumerate(texts) if i != 9)
+    assert texts[-1].startswith(PINGPONG_BLOCK_TEXT)
+    assert not any("CRITICAL" in t for t in texts[:-1])
+
+
+# ---- a poll that makes progress: 25 identical calls whose output changes every time (never blocked) ----
+def progress_output(n: int) -> str:
+    """The polled tool's output on its ``n``-th (1-based) run."""
+    return f"status: {10 * n} rows copied"
+
+
+def assert_progress_outcome(texts: list[str], tool_runs: int) -> None:
+    assert tool_runs == REPEATS and len(texts) == REPEATS
+    assert all(t.startswith(progress_output(i + 1)) for i, t in enumerate(texts))
+    assert not any("CRITICAL" in t for t in texts)
+
+
+def spy_results(client: LoopClient) -> list:
+    """Every ``tool_result`` event the client publishes from now on (its ``tool_result`` wrapped)."""
+    sent: list = []
+    tool_result = client.tool_result
+
+    async def spy(*args, **kwargs):
+        event = await tool_result(*args, **kwargs)
+        sent.append(event)
+        return event
+
+    client.tool_result = spy  # type: ignore[method-assign]
+    return sent
+
+
+def tool_errors(sent: list) -> list[bytes]:
+    """The ``error`` of each published tool result that has one."""
+    return [bytes(e.error) for e in sent if e.error]
+
+
 def acks(stats) -> int:
     return stats.acks_sent
 

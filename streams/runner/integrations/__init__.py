@@ -5,7 +5,9 @@
 - :mod:`loopwarden.runner.integrations.openai_agents`: OpenAI Agents SDK tool
   guardrails (``loopwarden[openai-agents]``);
 - :mod:`loopwarden.runner.integrations.pydantic_ai`: a PydanticAI capability
-  (``loopwarden[pydantic-ai]``).
+  (``loopwarden[pydantic-ai]``);
+- :mod:`loopwarden.runner.integrations.google_adk`: a Google ADK runner plugin
+  (``loopwarden[google-adk]``).
 
 Nothing is imported here, so a missing framework only matters to its own adapter.
 """
