@@ -51,6 +51,27 @@ def client_for(tansu: str, worker: WorkerProcess, **overrides) -> LoopClient:
     )
 
 
+def client_spec(tansu: str, worker: WorkerProcess, **overrides) -> dict:
+    """``client_for``'s arguments, for a driver that makes its client in another process (JSON)."""
+    names = worker.names
+    overrides.setdefault("config", CONFIG)
+    topics = {"events_topic": names.events, "control_topic": names.control, "config_topic": names.config}
+    return {"bootstrap": tansu, **topics, **overrides}
+
+
+def closed_port_spec() -> dict:
+    return {"bootstrap": f"127.0.0.1:{free_port()}", "request_timeout_ms": 1000}
+
+
+def profile_spec() -> dict:
+    return {"config": PROFILE_CONFIG, "decisions": "local"}
+
+
+def repeat_turns(n: int, args_of=lambda i: {"q": "job 42"}) -> list:
+    """A script of ``n`` model turns, each one call of lookup (call ids ``call_0``...)."""
+    return [[("lookup", args_of(i), f"call_{i}")] for i in range(n)]
+
+
 def closed_port_client() -> LoopClient:
     """A client whose broker is down (nothing listens on the port)."""
     return LoopClient(bootstrap=f"127.0.0.1:{free_port()}", request_timeout_ms=1000)

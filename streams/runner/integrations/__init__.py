@@ -7,7 +7,9 @@
 - :mod:`loopwarden.runner.integrations.pydantic_ai`: a PydanticAI capability
   (``loopwarden[pydantic-ai]``);
 - :mod:`loopwarden.runner.integrations.google_adk`: a Google ADK runner plugin
-  (``loopwarden[google-adk]``).
+  (``loopwarden[google-adk]``);
+- :mod:`loopwarden.runner.integrations.strands`: Strands Agents hooks
+  (``loopwarden[strands]``).
 
 Nothing is imported here, so a missing framework only matters to its own adapter.
 """
