@@ -9,7 +9,9 @@
 - :mod:`loopwarden.runner.integrations.google_adk`: a Google ADK runner plugin
   (``loopwarden[google-adk]``);
 - :mod:`loopwarden.runner.integrations.strands`: Strands Agents hooks
-  (``loopwarden[strands]``).
+  (``loopwarden[strands]``);
+- :mod:`loopwarden.runner.integrations.claude_agent_sdk`: Claude Agent SDK
+  hooks (``loopwarden[claude-agent-sdk]``).
 
 Nothing is imported here, so a missing framework only matters to its own adapter.
 """
