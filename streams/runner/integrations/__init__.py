@@ -11,7 +11,9 @@
 - :mod:`loopwarden.runner.integrations.strands`: Strands Agents hooks
   (``loopwarden[strands]``);
 - :mod:`loopwarden.runner.integrations.claude_agent_sdk`: Claude Agent SDK
-  hooks (``loopwarden[claude-agent-sdk]``).
+  hooks (``loopwarden[claude-agent-sdk]``);
+- :mod:`loopwarden.runner.integrations.llama_index`: gated tools for
+  LlamaIndex workflow agents (``loopwarden[llama-index]``).
 
 Nothing is imported here, so a missing framework only matters to its own adapter.
 """
