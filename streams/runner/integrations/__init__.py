@@ -12,6 +12,8 @@
   (``loopwarden[strands]``);
 - :mod:`loopwarden.runner.integrations.claude_agent_sdk`: Claude Agent SDK
   hooks (``loopwarden[claude-agent-sdk]``);
+- :mod:`loopwarden.runner.integrations.crewai`: CrewAI tool and model hooks
+  (``loopwarden[crewai]``);
 - :mod:`loopwarden.runner.integrations.llama_index`: gated tools for
   LlamaIndex workflow agents (``loopwarden[llama-index]``).
 
