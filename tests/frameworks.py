@@ -6,7 +6,10 @@ Their adapter tests run the framework in a driver process on such a venv: the
 framework's extra from this clone's pyproject.toml, with this clone installed
 editable (so the driver imports the adapter under test). The venv lives in
 ``LOOPWARDEN_FRAMEWORK_CACHE`` (default ``~/.cache/loopwarden/frameworks``), one
-per extra and clone, made once under a lock; a marker file says it is complete.
+per extra and its requirements, made once under a lock (a marker file says it
+is complete); a clone that finds it pointing at another clone re-installs
+itself there without dependencies (seconds), as deploy/ci/venv.sh does for
+``.venv``. Two clones cannot run these tests at the same moment.
 """
 
 from __future__ import annotations
@@ -36,28 +39,38 @@ def framework_python(extra: str, timeout: float = 1200) -> Path:
     Fails the test (never skips it) when the install fails: these tests are evidence."""
     project = tomllib.loads((CLONE / "pyproject.toml").read_text())["project"]
     wanted = [*project["dependencies"], *project["optional-dependencies"][extra]]  # a change makes a new venv
-    key = hashlib.sha256("\0".join([str(CLONE), extra, *wanted]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\0".join([extra, *wanted]).encode()).hexdigest()[:12]
     folder = cache_root() / f"{extra}-{key}"
     python = folder / "bin" / "python"
     done = folder / ".installed"
-    if done.exists():
-        return python
     cache_root().mkdir(parents=True, exist_ok=True)
     with open(cache_root() / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
-            return python
-        venv.EnvBuilder(with_pip=True, clear=True).create(folder)
-        proc = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", f"{CLONE}[{extra}]"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"installing loopwarden[{extra}] failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
-        done.write_text(extra + "\n")
+        if not done.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(folder)
+            _pip(python, ["-e", f"{CLONE}[{extra}]"], extra, timeout)
+            done.write_text(extra + "\n")
+        elif _installed_from(python) != CLONE / "streams":
+            _pip(python, ["--no-deps", "-e", str(CLONE)], extra, timeout)
     return python
+
+
+def _installed_from(python: Path) -> Path | None:
+    """Where the venv's loopwarden package is (its editable install's clone), None if it has none."""
+    probe = "import os, loopwarden; print(os.path.dirname(os.path.realpath(loopwarden.__file__)))"
+    proc = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60)
+    return Path(proc.stdout.strip()) if proc.returncode == 0 else None
+
+
+def _pip(python: Path, args: list[str], extra: str, timeout: float) -> None:
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"installing loopwarden[{extra}] failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
 
 
 if __name__ == "__main__":  # python tests/frameworks.py EXTRA...: make the venvs ahead of the tests
