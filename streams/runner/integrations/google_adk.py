@@ -27,9 +27,9 @@ Run identity: ``agent_id`` is the constructor's, else the calling agent's
 name; ``session_id`` the ADK session id; ``run_id`` the invocation id (each
 ``run_async`` is an invocation). ``run_end`` is published in
 ``after_run_callback`` (``on_run_error_callback`` for an invocation that
-fails). Pass ``resolve=`` (a function of the ``ToolContext`` or
-``CallbackContext`` returning a :class:`~loopwarden.runner.wire.RunRef`) to
-map them differently.
+fails). Pass ``resolve=`` (a function of the ``ToolContext``,
+``CallbackContext`` or, at the run's end, ``InvocationContext``, returning a
+:class:`~loopwarden.runner.wire.RunRef`) to map them differently.
 """
 
 from __future__ import annotations
