@@ -51,6 +51,27 @@ def client_for(tansu: str, worker: WorkerProcess, **overrides) -> LoopClient:
     )
 
 
+def client_spec(tansu: str, worker: WorkerProcess, **overrides) -> dict:
+    """``client_for``'s arguments, for a driver that makes its client in another process (JSON)."""
+    names = worker.names
+    overrides.setdefault("config", CONFIG)
+    topics = {"events_topic": names.events, "control_topic": names.control, "config_topic": names.config}
+    return {"bootstrap": tansu, **topics, **overrides}
+
+
+def closed_port_spec() -> dict:
+    return {"bootstrap": f"127.0.0.1:{free_port()}", "request_timeout_ms": 1000}
+
+
+def profile_spec() -> dict:
+    return {"config": PROFILE_CONFIG, "decisions": "local"}
+
+
+def repeat_turns(n: int, args_of=lambda i: {"q": "job 42"}) -> list:
+    """A script of ``n`` model turns, each one call of lookup (call ids ``call_0``...)."""
+    return [[("lookup", args_of(i), f"call_{i}")] for i in range(n)]
+
+
 def closed_port_client() -> LoopClient:
     """A client whose broker is down (nothing listens on the port)."""
     return LoopClient(bootstrap=f"127.0.0.1:{free_port()}", request_timeout_ms=1000)
@@ -60,15 +81,67 @@ def rid(tag: str) -> str:
     return f"{tag}-{uuid.uuid4().hex[:10]}"
 
 
-def assert_repeat_outcome(texts: list[str], tool_runs: int) -> None:
-    """``texts``: what the model got as each of the 25 calls' results, in order."""
+def assert_repeat_outcome(texts: list[str], tool_runs: int, tool: str = "lookup") -> None:
+    """``texts``: what the model got as each of the 25 calls' results, in order (``tool``: the tool's
+    name as the framework calls it)."""
+    warn_text, block_text = WARN_TEXT.replace("lookup", tool), BLOCK_TEXT.replace("lookup", tool)
     assert tool_runs == RUNS_BEFORE_BLOCK
     assert len(texts) == REPEATS
-    assert WARN_TEXT in texts[WARNED_CALL - 1] and all(
-        WARN_TEXT not in t for i, t in enumerate(texts) if i != WARNED_CALL - 1
+    assert warn_text in texts[WARNED_CALL - 1] and all(
+        warn_text not in t for i, t in enumerate(texts) if i != WARNED_CALL - 1
     )
-    assert texts[RUNS_BEFORE_BLOCK].startswith(BLOCK_TEXT)  # call 21
-    assert all(t.startswith(BLOCK_TEXT) for t in texts[RUNS_BEFORE_BLOCK:])  # a blocked call is not recorded
+    assert texts[RUNS_BEFORE_BLOCK].startswith(block_text)  # call 21
+    assert all(t.startswith(block_text) for t in texts[RUNS_BEFORE_BLOCK:])  # a blocked call is not recorded
+
+
+# ---- ping-pong: lookup(q="job 42") and lookup(q="job 43") in turn, each with the same outcome every time ----
+PINGPONG_CALLS = 20
+PINGPONG_WARN_TEXT = "WARNING: You are alternating between repeated tool-call patterns (10 consecutive calls)."
+PINGPONG_BLOCK_TEXT = "CRITICAL: You are alternating between repeated tool-call patterns (20 consecutive calls)"
+
+
+def pingpong_args(i: int) -> dict:
+    """Call ``i``'s (0-based) arguments."""
+    return {"q": "job 42" if i % 2 == 0 else "job 43"}
+
+
+def assert_pingpong_outcome(texts: list[str], tool_runs: int) -> None:
+    """``texts``: what the model got for each of the 20 alternating calls: warned at 10, blocked at 20."""
+    assert len(texts) == PINGPONG_CALLS and tool_runs == PINGPONG_CALLS - 1
+    assert PINGPONG_WARN_TEXT in texts[9] and all(PINGPONG_WARN_TEXT not in t for i, t in enumerate(texts) if i != 9)
+    assert texts[-1].startswith(PINGPONG_BLOCK_TEXT)
+    assert not any("CRITICAL" in t for t in texts[:-1])
+
+
+# ---- a poll that makes progress: 25 identical calls whose output changes every time (never blocked) ----
+def progress_output(n: int) -> str:
+    """The polled tool's output on its ``n``-th (1-based) run."""
+    return f"status: {10 * n} rows copied"
+
+
+def assert_progress_outcome(texts: list[str], tool_runs: int) -> None:
+    assert tool_runs == REPEATS and len(texts) == REPEATS
+    assert all(progress_output(i + 1) in t for i, t in enumerate(texts))
+    assert not any("CRITICAL" in t for t in texts)
+
+
+def spy_results(client: LoopClient) -> list:
+    """Every ``tool_result`` event the client publishes from now on (its ``tool_result`` wrapped)."""
+    sent: list = []
+    tool_result = client.tool_result
+
+    async def spy(*args, **kwargs):
+        event = await tool_result(*args, **kwargs)
+        sent.append(event)
+        return event
+
+    client.tool_result = spy  # type: ignore[method-assign]
+    return sent
+
+
+def tool_errors(sent: list) -> list[bytes]:
+    """The ``error`` of each published tool result that has one."""
+    return [bytes(e.error) for e in sent if e.error]
 
 
 def acks(stats) -> int:

@@ -35,6 +35,8 @@ from .adapter_cases import (
     parallel_calls,
     profile_client,
     rid,
+    spy_results,
+    tool_errors,
     worker_fixture,
 )
 
@@ -108,19 +110,11 @@ async def test_tool_errors_are_published_as_errors(tansu, worker):
     agent, runs = agent_with_counting_tool(scripted(2, {"q": "x"}), fail=True)
     async with client_for(tansu, worker) as client:
         lw = guard_agent(agent, client, timeout=10.0)
-        sent: list = []
-        publish = client.publish
-
-        async def spy(event):
-            sent.append(event)
-            return await publish(event)
-
-        client.publish = spy
+        sent = spy_results(client)  # a locally deciding client queues results past ``publish``
         config, _trace = run_config(rid("oa-error"))
         result = await Runner.run(agent, "go", run_config=lw.run_config(config), max_turns=5)
         assert len(runs) == 2 and result.final_output == "giving up"
-        errors = [bytes(e.error) for e in sent if type(e).__name__ == "ToolResult"]
-        assert errors == [b'"RuntimeError: backend down"'] * 2
+        assert tool_errors(sent) == [b'"RuntimeError: backend down"'] * 2
 
 
 async def test_broker_down_calls_go_ahead():

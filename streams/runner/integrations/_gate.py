@@ -113,6 +113,28 @@ class Gate:
         if warned and decision.action == "warn" and decision.verdict is not None:
             await self._quiet(self.client.ack(decision.verdict, "applied", "warning appended to the call's result"))
 
+    # frameworks whose hooks split "before the tool" from "after the tool"
+
+    async def before(self, ref: RunRef, tool_name: str, args: Any, call_id: str | None) -> Decision:
+        """Decide a call before it runs: a refused call's veto is published, an allowed call's decision
+        is held (by run and call id) for :meth:`after`."""
+        decision = await self.decide(ref, tool_name, args, call_id)
+        if not decision.proceed:
+            await self.refused(decision)
+        elif call_id:
+            self.hold(ref.key, call_id, decision)
+        return decision
+
+    async def after(self, ref: RunRef, call_id: str | None, *, result: Any = UNSET, error: Any = UNSET) -> str | None:
+        """Publish the outcome of a call :meth:`before` allowed; the text to append to its result when it
+        carries a warning (acknowledged here), else None (also for a call this gate did not hold)."""
+        decision = self.take(ref.key, call_id) if call_id else None
+        if decision is None:
+            return None
+        warned = error is UNSET and decision.action == "warn"
+        await self.finished(decision, result=result, error=error, warned=warned)
+        return warning_note(decision) if warned else None
+
     async def compaction_retry(self, ref: RunRef, reason: str | None = None) -> None:
         await self._quiet(self.run(ref).compaction_retry(reason))
 
