@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 DENIED_REASON = "tool-loop"
 
 
@@ -29,3 +31,21 @@ def is_blocked_result(result: Any) -> bool:
         and details.get("status") == "blocked"
         and details.get("deniedReason") == DENIED_REASON
     )
+
+
+def as_shown(raw: msgspec.Raw) -> msgspec.Raw | str:
+    """A framework's or host's tool result (encoded) as OpenClaw's rules should see it. They hash an
+    object by its ``details`` and its ``content`` text (their own tools' shape) and nothing else, so
+    any other object (Claude Code's Bash ``{stdout, ...}``, a Python tool's ``{"progress": 40}``) would
+    be one outcome whatever it holds, and a poll whose output changes would be blocked as a loop: such
+    an object goes on as its JSON text (keys sorted), which changes when what the model reads does.
+    OpenClaw-shaped results (a ``content`` list or a ``details`` object) are kept as they are."""
+    if not bytes(memoryview(raw)[:64]).lstrip().startswith(b"{"):
+        return raw
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw
+    if not isinstance(value, dict) or isinstance(value.get("content"), list) or isinstance(value.get("details"), dict):
+        return raw
+    return msgspec.json.encode(value, order="sorted").decode()

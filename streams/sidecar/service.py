@@ -31,6 +31,7 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from loopwarden.runner import LoopClient, Run, blocked_tool_result, wire
+from loopwarden.runner.results import as_shown
 from loopwarden.runner.state import Decision
 from loopwarden.runner.tables import LiveLRU
 from loopwarden.runner.text import verdict_text
@@ -463,16 +464,8 @@ def _warning(decision: Decision, ref: wire.RunRef) -> api.Warning | None:
 
 
 def _as_outcome(raw: Any) -> Any:
-    """A host's result as OpenClaw's rules should see it. They hash an object by its ``details`` and its
-    ``content`` text (their own tools' shape) and nothing else, so any other object (Claude Code's Bash
-    ``{stdout, stderr, ...}``) would be one outcome whatever it holds, and a poll whose output changes would
-    be blocked as a loop: such an object goes on as its JSON text (keys sorted), which changes with it."""
-    if not isinstance(raw, Raw) or not bytes(memoryview(raw)[:64]).lstrip().startswith(b"{"):
-        return raw
-    value = _decoded(raw)
-    if not isinstance(value, dict) or isinstance(value.get("content"), list) or isinstance(value.get("details"), dict):
-        return raw
-    return msgspec.json.encode(value, order="sorted").decode()
+    """A caller's result as OpenClaw's rules should see it (``results.as_shown``)."""
+    return as_shown(raw) if isinstance(raw, Raw) else raw
 
 
 def _decoded(raw: Raw) -> Any:

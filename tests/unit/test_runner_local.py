@@ -318,3 +318,26 @@ async def test_large_results_digested_on_the_wire_stay_unequal_when_their_texts_
         )
         await same.tool_result(d, result=result)
     assert "block" in actions  # identical large outputs still count as identical
+
+
+async def test_an_adapters_object_results_hash_as_what_the_model_reads():
+    """A framework tool returning a plain object (``{"progress": n}``) was one outcome whatever it held
+    (OpenClaw hashes an object on ``details``/``content`` only): a poll whose output changed was blocked
+    at the critical threshold. The adapters' gate publishes such an object as its JSON text."""
+    from loopwarden.runner.integrations._gate import Gate
+
+    client, _ = local_client()
+    gate = Gate(client)
+    progressing = wire.RunRef(agent_id="a", session_id="s-poll", run_id="r-poll")
+    for n in range(20):
+        d = await gate.before(progressing, "poll", {"job": 7}, f"c{n}")
+        assert d.proceed, (n, d.message)
+        await gate.after(progressing, f"c{n}", result={"progress": n, "state": "running"})
+    stuck = wire.RunRef(agent_id="a", session_id="s-stuck", run_id="r-stuck")
+    actions = []
+    for n in range(14):
+        d = await gate.before(stuck, "poll", {"job": 7}, f"c{n}")
+        actions.append(d.action)
+        if d.proceed:
+            await gate.after(stuck, f"c{n}", result={"progress": 0, "state": "running"})
+    assert "block" in actions

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
 
+from loopwarden.runner.results import as_shown
 from loopwarden.runner.state import Decision
 
 if TYPE_CHECKING:
@@ -108,7 +109,13 @@ class Gate:
     async def finished(
         self, decision: Decision, *, result: Any = UNSET, error: Any = UNSET, warned: bool = False
     ) -> None:
-        """The call ran: publish its outcome; ack a warning that reached the model with it."""
+        """The call ran: publish its outcome (as the model is shown it: ``results.as_shown``); ack a
+        warning that reached the model with it."""
+        if result is not UNSET:
+            try:
+                result = as_shown(self.client.encode(result))
+            except Exception:  # noqa: BLE001 - an unencodable result is the encoder's to report, as before
+                pass
         await self._quiet(self.client.tool_result(decision, result=result, error=error))
         if warned and decision.action == "warn" and decision.verdict is not None:
             await self._quiet(self.client.ack(decision.verdict, "applied", "warning appended to the call's result"))
