@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET, Raw
 
 from loopwarden.otel.spans import ANNOUNCED_PREFIX, STATUS_ERROR, Span
+from loopwarden.runner.results import as_shown
 from loopwarden.runner.wire import bounded_payload, digest_payload
 from loopwarden.schemas.events import ID_CAPS, Event, RunEnd, ToolCall, ToolResult, payload
 
@@ -433,6 +434,13 @@ class Listed(msgspec.Struct, kw_only=True):
 NO_LISTED = Listed()
 
 
+def _as_shown(raw: Raw) -> Raw:
+    """The result as a runner's adapter publishes it (``results.as_shown``: a plain object as its JSON
+    text), so a span's outcome hashes as the native event's and a changing object is progress."""
+    shown = as_shown(raw)
+    return shown if isinstance(shown, Raw) else payload(shown)
+
+
 def map_tool_span(
     span: Span,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -511,7 +519,7 @@ def map_tool_span(
         event_id=f"{base}:result",
         result=UNSET
         if error is not None or result_value is None
-        else as_payload(result_value, max_payload_bytes, _json_text(a, result_from)),
+        else _as_shown(as_payload(result_value, max_payload_bytes, _json_text(a, result_from))),
         error=UNSET if error is None else payload(error[:max_payload_bytes]),  # a string: an Error's message
     )
     if error is None and result_value is None:

@@ -70,7 +70,8 @@ def test_openinference_spans(encoding):
     events = events_of("openinference.otlp.json", encoding)
     get = [
         ("tool_call", "get_ticket", {"ticket": 7}, None, None),
-        ("tool_result", "get_ticket", {"ticket": 7}, {"status": "open"}, None),
+        # an object result is published as the model reads it, its JSON text (results.as_shown)
+        ("tool_result", "get_ticket", {"ticket": 7}, '{"status":"open"}', None),
     ]
     assert brief(events) == get * 3 + [
         ("tool_call", "close_ticket", {"ticket": 7}, None, None),
@@ -344,7 +345,8 @@ def test_wrappers_are_taken_off_only_for_the_families_that_wrap():
     plain = map_tool_span(_tool_span({"gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}))
     # a GenAI span (PydanticAI, contrib): a tool may return such JSON itself; taken as it is
     assert json.loads(bytes(plain.call.params)) == json.loads(payload)
-    assert json.loads(bytes(plain.result.result)) == json.loads(message) and plain.call.tool_call_id is None
+    shown = json.loads(bytes(plain.result.result))  # an object result: its JSON text (results.as_shown)
+    assert json.loads(shown) == json.loads(message) and plain.call.tool_call_id is None
     wrapped = map_tool_span(
         _tool_span(
             {"traceloop.span.kind": "tool", "gen_ai.tool.call.arguments": payload, "gen_ai.tool.call.result": message}
@@ -367,3 +369,18 @@ def test_text_taken_out_of_a_tool_message_stays_text():
     }
     mapped = map_tool_span(_tool_span(attributes))
     assert json.loads(bytes(mapped.result.result)) == "42"  # a runner sends the tool's text: a string
+
+
+def test_a_changing_object_result_is_a_changing_outcome():
+    """A tool returning a plain object (``{"progress": n}``) hashed alike whatever it held (OpenClaw hashes an
+    object on ``details``/``content`` only), so spans of a healthy poll read as identical outcomes and a
+    shadow block followed; mapped as the adapters publish it (its JSON text), each answer is its own."""
+    from loopwarden.detection.engine import outcome_hash
+    from loopwarden.otel.mapping import map_tool_span
+
+    def hashed(result: str) -> str | None:
+        span = _tool_span({"gen_ai.tool.call.arguments": '{"job": 7}', "gen_ai.tool.call.result": result})
+        return outcome_hash(map_tool_span(span).result)
+
+    assert hashed('{"progress": 1}') != hashed('{"progress": 2}')
+    assert hashed('{"progress": 1}') == hashed('{"progress":1}')
