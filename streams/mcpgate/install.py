@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks.install import dumps, loads, read_settings, write_settings
+from loopwarden.mcpgate.command import add_proxy_options
 
 HOSTS = ("claude-code", "codex", "gemini")
 REPO = Path(__file__).resolve().parents[2]
@@ -145,10 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("host", choices=HOSTS)
     p.add_argument("--name", required=True, help="the server's name in the host (Claude Code: mcp__NAME__TOOL)")
-    p.add_argument("--config", help=f"the fleet's config (default: the clone's {CLONE_CONFIG.name}, if any)")
-    p.add_argument("--bootstrap", help="where the proxy's events go (default: the runner's)")
-    p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
-    p.add_argument("--url", help="wrap a streamable-HTTP server instead of a command")
+    add_proxy_options(p, config_help=f"the fleet's config (default: the clone's {CLONE_CONFIG.name}, if any)")
     p.add_argument("--dir", help="the project folder (default: the working directory; codex: the CODEX_HOME)")
     p.add_argument("--user", action="store_true", help="the user's file instead of the project's")
     p.add_argument("--print", action="store_true", help="print the merged file instead of writing it")
