@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks.install import dumps, loads, read_settings, write_settings
-from loopwarden.mcpgate.command import add_proxy_options
 
 HOSTS = ("claude-code", "codex", "gemini")
 REPO = Path(__file__).resolve().parents[2]
@@ -136,6 +135,14 @@ def install(host: str, args: argparse.Namespace) -> tuple[Path, str]:
     if not args.print:
         write_settings(real, merged)
     return path, merged
+
+
+def add_proxy_options(p: argparse.ArgumentParser, config_help: str) -> None:
+    """The proxy's own options, the ones ``mcp install`` writes into the host's entry as well."""
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default LOOPWARDEN_RUNNER_BOOTSTRAP, 127.0.0.1:19092)")
+    p.add_argument("--url", help="the wrapped server's streamable-HTTP endpoint (instead of a command)")
+    p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
 
 
 def build_parser() -> argparse.ArgumentParser:
