@@ -12,7 +12,7 @@ import pytest
 from tests.hosts import scenarios
 from tests.hosts.harness import CodexCli
 from tests.hosts.install import MCP_FILESYSTEM
-from tests.hosts.tool_rows import Row, changing_file, fixed_file, run_row
+from tests.hosts.tool_rows import CAPTURE, Row, changing_file, fixed_file, hooked, host_for, run_mcp_rows, run_row
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -112,21 +112,17 @@ SHELL_ROWS = [
 
 @pytest.fixture(scope="module")
 def codex_low(tmp_path_factory, model, low_service):
-    host = CodexCli(tmp_path_factory.mktemp("codex-low"), model.url)
-    scenarios.install_hooks(host, low_service.url)
-    return host
+    return hooked(CodexCli, tmp_path_factory, "codex-low", model, low_service)
 
 
 @pytest.fixture(scope="module")
 def codex_default(tmp_path_factory, model, service):
-    host = CodexCli(tmp_path_factory.mktemp("codex-default"), model.url)
-    scenarios.install_hooks(host, service.url)
-    return host
+    return hooked(CodexCli, tmp_path_factory, "codex-default", model, service)
 
 
 @pytest.mark.parametrize("row", SHELL_ROWS, ids=lambda r: r.name)
 def test_shell_and_apply_patch_through_it(row, codex_low, codex_default, model):
-    host = codex_default if "(default)" in row.name else codex_low
+    host = host_for(row, codex_low, codex_default)
     results, _ = run_row(host, model, row)
     if row.block_at is not None:
         assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
@@ -159,15 +155,7 @@ def test_an_mcp_tool(tmp_path, model, low_service):
     config.write_text(config.read_text() + f'[mcp_servers.fs]\ncommand = "{server}"\nargs = ["{host.project}"]\n')
     scenarios.install_hooks(host, low_service.url)
     read = "mcp__fs/read_text_file"
-    run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
-    run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
-    run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
-
-
-CAPTURE = (  # a hook that appends its input, one line per call
-    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
-    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
-)
+    run_mcp_rows(host, model, read)
 
 
 def test_the_outcome_hashed_is_what_the_model_read(tmp_path, model):

@@ -23,6 +23,10 @@ from tests.hosts.harness import Host
 LOW_CONFIG = """{tools: {loopDetection: {enabled: true, historySize: 30, warningThreshold: 3,
   criticalThreshold: 6, globalCircuitBreakerThreshold: 30, unknownToolThreshold: 10}}}"""
 LARGE = 80_000  # characters of a large output (over the hook's 64 KiB digest bound)
+CAPTURE = (  # a hook that appends its input, one line per call
+    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
+    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
+)
 
 
 @dataclass
@@ -91,3 +95,24 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
         assert scenarios.WARNING.search(results[row.warn_at]), f"{row.name}: {results[row.warn_at][:600]}"
         assert not any(scenarios.WARNING.search(t) for t in results[: row.warn_at])
     return results, proc.stderr
+
+
+def hooked(host_class: type[Host], tmp_path_factory, name: str, model: FakeModelServer, service) -> Host:
+    """A host in a new folder, talking to ``model``, with ``loopwarden hook`` installed against ``service``
+    (a module's host for the rows of one threshold set)."""
+    host = host_class(tmp_path_factory.mktemp(name), model.url)
+    scenarios.install_hooks(host, service.url)
+    return host
+
+
+def host_for(row: Row, low: Host, default: Host) -> Host:
+    """The host a row runs on: a row named "(default)" at OpenClaw's thresholds, the others at the low ones."""
+    return default if "(default)" in row.name else low
+
+
+def run_mcp_rows(host: Host, model: FakeModelServer, read: str) -> None:
+    """The filesystem MCP server's read_text_file (named ``read`` by the host): a file that grows between
+    identical reads is never refused; the same text, or the same failure, is (low thresholds)."""
+    run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
+    run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
+    run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
