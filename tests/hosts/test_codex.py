@@ -12,7 +12,7 @@ import pytest
 from tests.hosts import scenarios
 from tests.hosts.harness import CodexCli
 from tests.hosts.install import MCP_FILESYSTEM
-from tests.hosts.tool_rows import CAPTURE, Row, changing_file, fixed_file, hooked, host_for, run_mcp_rows, run_row
+from tests.hosts.tool_rows import CAPTURE, Row, RowHosts, changing_file, fixed_file, row_hosts, run_mcp_rows, run_row
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -111,18 +111,13 @@ SHELL_ROWS = [
 
 
 @pytest.fixture(scope="module")
-def codex_low(tmp_path_factory, model, low_service):
-    return hooked(CodexCli, tmp_path_factory, "codex-low", model, low_service)
-
-
-@pytest.fixture(scope="module")
-def codex_default(tmp_path_factory, model, service):
-    return hooked(CodexCli, tmp_path_factory, "codex-default", model, service)
+def hosts(tmp_path_factory, model, low_service, service) -> RowHosts:
+    return row_hosts(CodexCli, tmp_path_factory, model, low_service, service)
 
 
 @pytest.mark.parametrize("row", SHELL_ROWS, ids=lambda r: r.name)
-def test_shell_and_apply_patch_through_it(row, codex_low, codex_default, model):
-    host = host_for(row, codex_low, codex_default)
+def test_shell_and_apply_patch_through_it(row, hosts, model):
+    host = hosts.for_row(row)
     results, _ = run_row(host, model, row)
     if row.block_at is not None:
         assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)

@@ -14,11 +14,11 @@ from tests.hosts.harness import GeminiCli
 from tests.hosts.tool_rows import (
     CAPTURE,
     Row,
+    RowHosts,
     changing_file,
     fixed_file,
-    hooked,
-    host_for,
     new_file_each_call,
+    row_hosts,
     run_mcp_rows,
     run_row,
 )
@@ -134,18 +134,13 @@ ROWS = [
 
 
 @pytest.fixture(scope="module")
-def gemini_low(tmp_path_factory, model, low_service):
-    return hooked(GeminiCli, tmp_path_factory, "gemini-low", model, low_service)
-
-
-@pytest.fixture(scope="module")
-def gemini_default(tmp_path_factory, model, service):
-    return hooked(GeminiCli, tmp_path_factory, "gemini-default", model, service)
+def hosts(tmp_path_factory, model, low_service, service) -> RowHosts:
+    return row_hosts(GeminiCli, tmp_path_factory, model, low_service, service)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_each_tool(row, gemini_low, gemini_default, model):
-    host = host_for(row, gemini_low, gemini_default)
+def test_each_tool(row, hosts, model):
+    host = hosts.for_row(row)
     for stale in host.project.glob("*.log"):
         stale.unlink()
     results, stderr = run_row(host, model, row)

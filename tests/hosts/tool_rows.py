@@ -97,17 +97,28 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
     return results, proc.stderr
 
 
-def hooked(host_class: type[Host], tmp_path_factory, name: str, model: FakeModelServer, service) -> Host:
-    """A host in a new folder, talking to ``model``, with ``loopwarden hook`` installed against ``service``
-    (a module's host for the rows of one threshold set)."""
-    host = host_class(tmp_path_factory.mktemp(name), model.url)
-    scenarios.install_hooks(host, service.url)
-    return host
+@dataclass
+class RowHosts:
+    """A module's two hosts for its rows: one at low thresholds, one at OpenClaw's defaults."""
+
+    low: Host
+    default: Host
+
+    def for_row(self, row: Row) -> Host:
+        """A row named "(default)" runs at OpenClaw's thresholds, the others at the low ones."""
+        return self.default if "(default)" in row.name else self.low
 
 
-def host_for(row: Row, low: Host, default: Host) -> Host:
-    """The host a row runs on: a row named "(default)" at OpenClaw's thresholds, the others at the low ones."""
-    return default if "(default)" in row.name else low
+def row_hosts(host_class: type[Host], tmp_path_factory, model: FakeModelServer, low_service, service) -> RowHosts:
+    """Both hosts in new folders, talking to ``model``, with ``loopwarden hook`` installed against the low
+    and the default service."""
+
+    def hooked(name: str, on) -> Host:
+        host = host_class(tmp_path_factory.mktemp(f"{host_class.__name__.lower()}-{name}"), model.url)
+        scenarios.install_hooks(host, on.url)
+        return host
+
+    return RowHosts(hooked("low", low_service), hooked("default", service))
 
 
 def run_mcp_rows(host: Host, model: FakeModelServer, read: str) -> None:
