@@ -118,9 +118,7 @@ def hosts(tmp_path_factory, model, low_service, service) -> RowHosts:
 @pytest.mark.parametrize("row", SHELL_ROWS, ids=lambda r: r.name)
 def test_shell_and_apply_patch_through_it(row, hosts, model):
     host = hosts.for_row(row)
-    results, _ = run_row(host, model, row)
-    if row.block_at is not None:
-        assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
+    run_row(host, model, row)
 
 
 def test_the_freeform_apply_patch_tool_failing_the_same_way_is_refused(tmp_path, model, low_service):

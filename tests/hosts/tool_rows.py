@@ -91,6 +91,8 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
         assert not scenarios.CRITICAL.search(whole)
     else:
         assert refused == list(range(row.block_at, row.calls)), f"{row.name}: refused {refused}"
+        # the first refusal names the identical outcomes before it: the thresholds' critical count
+        assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
     if row.warn_at is not None:
         assert scenarios.WARNING.search(results[row.warn_at]), f"{row.name}: {results[row.warn_at][:600]}"
         assert not any(scenarios.WARNING.search(t) for t in results[: row.warn_at])
