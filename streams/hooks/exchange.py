@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from loopwarden.hooks.hosts import COMPACT, POST, PRE, PROMPT, STOP, HookEvent, Host, digest_form
+from loopwarden.hooks.service import VERDICT_TEXT
 
 TYPE_CHECKING = False  # typing itself is not imported: the hook path loads only what it runs
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ def _pre(host: Host, ev: HookEvent, base: dict) -> Exchange:
         yield from _ack(base, run_id, d)
         return out
     if action in ("block", "abort"):
-        message = _message(d, "Tool call blocked by loop detection.")
+        message = _message(d, VERDICT_TEXT["block"] + ".")
         out = host.abort(ev, message) if action == "abort" else host.deny(ev, message)
         out = _tell_user(host, out, ev, action, d)
         # the call will not run and the model reads the veto: the service acks the block/abort as applied

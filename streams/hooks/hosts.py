@@ -138,7 +138,13 @@ MAX_SAVED = 64 << 20  # bytes of a saved tool output hashed at most (the rest is
 
 
 def digest_form(sha256_hex: str, chars: int) -> str:
-    """The one written form of a digest that stands in for a text (HOOKS.md; the OpenClaw plugin's alike)."""
+    """The one written form of a digest that stands in for a text (HOOKS.md), as the JavaScript clients write
+    it too (``digest`` in streams/runner/integrations/typescript/index.js, which the OpenClaw plugin imports).
+
+    Not shared with the runner's ``digest_payload`` (streams/runner/wire.py): the hooks import nothing of
+    loopwarden's beyond ``hooks/`` (standard library only, loaded by a bare ``python -S`` per hook call), and
+    that one digests another input in another form, an encoded JSON payload's bytes (``bytes=N``), where
+    this one digests a text counted in code points (``chars=N``)."""
     return f"[loopwarden digest sha256={sha256_hex} chars={chars}]"
 
 

@@ -281,12 +281,33 @@ def merge(current: dict[str, Any], block: dict[str, Any], *, remove: bool = Fals
     return merged
 
 
-def _write(target: Path, text: str) -> None:
-    """Replace ``target`` by ``text`` atomically, keeping its mode (and owner, where allowed)."""
+def read_settings(path: Path) -> tuple[Path, str | None]:
+    """The file to rewrite for ``path`` (a symlink's target: a dotfile linked from elsewhere is updated
+    where it lives) and its text, None when there is none yet.
+
+    ValueError: not a regular file, read-only, larger than :data:`MAX_SETTINGS`. Every settings file
+    loopwarden rewrites (hooks here, MCP servers in ``loopwarden mcp install``) is read by this."""
+    target = Path(os.path.realpath(path))
+    if not os.path.lexists(target):
+        return target, None
+    st = target.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("not a regular file")
+    if not st.st_mode & stat.S_IWUSR:
+        raise ValueError(f"read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable (chmod u+w) first")
+    if st.st_size > MAX_SETTINGS:
+        raise ValueError(f"larger than {MAX_SETTINGS >> 20} MiB")
+    return target, target.read_text(encoding="utf-8")
+
+
+def write_settings(target: Path, text: str) -> None:
+    """Replace ``target`` (from :func:`read_settings`) by ``text`` atomically, keeping its mode (and owner,
+    where allowed); a new file gets its folders. The one writer of the settings files loopwarden rewrites."""
     try:
         st = target.stat()
     except FileNotFoundError:
         st = None
+        target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".loopwarden-tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
@@ -314,18 +335,8 @@ def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = Fals
 
     ValueError or OSError, the file untouched: not JSON (comments too), not an object, a shape the
     host would not read, a file that is read-only or not a regular file."""
-    target = Path(os.path.realpath(path))  # a dotfile linked from elsewhere is updated where it lives
-    old = None
-    if os.path.lexists(target):
-        st = target.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError("not a regular file")
-        if not st.st_mode & stat.S_IWUSR:
-            raise ValueError(f"read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable (chmod u+w) first")
-        if st.st_size > MAX_SETTINGS:
-            raise ValueError(f"larger than {MAX_SETTINGS >> 20} MiB")
-        old = target.read_text(encoding="utf-8")
-    elif remove:
+    target, old = read_settings(path)
+    if old is None and remove:
         return False
     current: Any = loads(old) if old is not None and old.strip() else {}
     if not isinstance(current, dict):
@@ -333,10 +344,7 @@ def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = Fals
     merged = merge(current, block, remove=remove)
     if old is not None and merged == current:  # nothing to do: the file stays as the user wrote it
         return False
-    text = dumps(merged) + "\n"
-    if old is None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    _write(target, text)
+    write_settings(target, dumps(merged) + "\n")
     return True
 
 

@@ -11,6 +11,8 @@ import socket
 import sys
 from typing import Any
 
+from loopwarden.mcpgate.install import add_proxy_options
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -23,10 +25,7 @@ def register(sub) -> None:
         "broker (--bootstrap or LOOPWARDEN_RUNNER_BOOTSTRAP) whenever it is up. Proxy settings are also "
         "LOOPWARDEN_MCP_<NAME> variables, the client's LOOPWARDEN_RUNNER_<NAME>.",
     )
-    p.add_argument("--config", help="the fleet's loop-detection config (JSON/JSON5), as the workers read it")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default LOOPWARDEN_RUNNER_BOOTSTRAP, 127.0.0.1:19092)")
-    p.add_argument("--url", help="the wrapped server's streamable-HTTP endpoint (instead of a command)")
-    p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
+    add_proxy_options(p, config_help="the fleet's loop-detection config (JSON/JSON5), as the workers read it")
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP here instead of stdio")
     p.add_argument("--path", default="/mcp", help="the HTTP endpoint's path (default /mcp)")
     p.add_argument("--max-payload-bytes", type=int, help="larger arguments/results are published as a digest (65536)")

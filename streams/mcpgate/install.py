@@ -4,8 +4,10 @@ Writes the host's MCP server entry that runs the server behind ``loopwarden mcp`
 paths (this installation's ``loopwarden``, the config file), so the host needs no PATH and no
 working directory of its own. Merging keeps the rest of the file as it was: other servers and
 settings, key order, numbers as written (JSON) or the whole layout (TOML, through tomlkit), the
-file's mode; a symlinked file is written through its link. A file that cannot be read as its
-format is left alone and the command says so.
+file's mode and owner; a symlinked file is written through its link. A file that cannot be read
+as its format (or is read-only, not a regular file, over 16 MiB) is left alone and the command says
+so. The file is read and written by the hooks' settings reader and writer
+(``loopwarden.hooks.install``), the one implementation for every settings file loopwarden rewrites.
 
 Hosts and files (``--dir`` is the project, default the working directory; ``--user`` the user's):
 
@@ -18,14 +20,13 @@ Hosts and files (``--dir`` is the project, default the working directory; ``--us
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
+from loopwarden.hooks.install import dumps, loads, read_settings, write_settings
 
 HOSTS = ("claude-code", "codex", "gemini")
 REPO = Path(__file__).resolve().parents[2]
@@ -84,20 +85,17 @@ def entry(host: str, argv: list[str]) -> dict[str, Any]:
 
 
 def merge_json(text: str, name: str, value: dict[str, Any], path: Path) -> str:
-    """``text`` with ``mcpServers[name]`` set; everything else kept, numbers as written."""
-
-    def raw(literal: str) -> msgspec.Raw:
-        return msgspec.Raw(literal.encode())
-
+    """``text`` with ``mcpServers[name]`` set; everything else kept, numbers as written (the hooks'
+    settings reader and writer: one rule for every settings file loopwarden rewrites)."""
     try:
-        current = json.loads(text, parse_int=raw, parse_float=raw) if text.strip() else {}
+        current = loads(text) if text.strip() else {}
     except ValueError as exc:
         raise InstallError(f"{path} is not JSON ({exc}); fix it or add the entry by hand") from None
     if not isinstance(current, dict) or not isinstance(current.get("mcpServers", {}), dict):
         raise InstallError(f"{path}: expected a JSON object with an mcpServers object; fix it or add the entry by hand")
     servers = current.setdefault("mcpServers", {})
     servers[name] = value
-    return msgspec.json.format(msgspec.json.encode(current), indent=2).decode() + "\n"
+    return dumps(current) + "\n"
 
 
 def merge_toml(text: str, name: str, value: dict[str, Any], path: Path) -> str:
@@ -122,30 +120,29 @@ def merge_toml(text: str, name: str, value: dict[str, Any], path: Path) -> str:
     return tomlkit.dumps(doc)
 
 
-def write(path: Path, text: str) -> None:
-    """Replace the file's text atomically, through a symlink, keeping its mode."""
-    real = path.resolve() if path.is_symlink() else path
-    mode = real.stat().st_mode & 0o7777 if real.exists() else None
-    real.parent.mkdir(parents=True, exist_ok=True)
-    tmp = real.with_name(real.name + ".loopwarden-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if mode is not None:
-        tmp.chmod(mode)
-    tmp.replace(real)
-
-
 def install(host: str, args: argparse.Namespace) -> tuple[Path, str]:
     """Merge the entry into the host's file (or only render it with ``--print``): the path and the text."""
     argv = proxy_argv(args)
     path = target(host, args)
     if args.dir and not Path(args.dir).is_dir():
         raise InstallError(f"--dir {args.dir} is not a folder; give the project's folder")
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        real, text = read_settings(path)
+    except ValueError as exc:
+        raise InstallError(f"{path}: {exc}") from None
     merge = merge_toml if host == "codex" else merge_json
-    merged = merge(text, args.name, entry(host, argv), path)
+    merged = merge(text or "", args.name, entry(host, argv), path)
     if not args.print:
-        write(path, merged)
+        write_settings(real, merged)
     return path, merged
+
+
+def add_proxy_options(p: argparse.ArgumentParser, config_help: str) -> None:
+    """The proxy's own options, the ones ``mcp install`` writes into the host's entry as well."""
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (default LOOPWARDEN_RUNNER_BOOTSTRAP, 127.0.0.1:19092)")
+    p.add_argument("--url", help="the wrapped server's streamable-HTTP endpoint (instead of a command)")
+    p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,10 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("host", choices=HOSTS)
     p.add_argument("--name", required=True, help="the server's name in the host (Claude Code: mcp__NAME__TOOL)")
-    p.add_argument("--config", help=f"the fleet's config (default: the clone's {CLONE_CONFIG.name}, if any)")
-    p.add_argument("--bootstrap", help="where the proxy's events go (default: the runner's)")
-    p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
-    p.add_argument("--url", help="wrap a streamable-HTTP server instead of a command")
+    add_proxy_options(p, config_help=f"the fleet's config (default: the clone's {CLONE_CONFIG.name}, if any)")
     p.add_argument("--dir", help="the project folder (default: the working directory; codex: the CODEX_HOME)")
     p.add_argument("--user", action="store_true", help="the user's file instead of the project's")
     p.add_argument("--print", action="store_true", help="print the merged file instead of writing it")

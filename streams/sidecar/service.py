@@ -34,7 +34,7 @@ from loopwarden.runner import LoopClient, Run, blocked_tool_result, wire
 from loopwarden.runner.results import as_shown
 from loopwarden.runner.state import Decision
 from loopwarden.runner.tables import LiveLRU
-from loopwarden.runner.text import verdict_text
+from loopwarden.runner.text import BLOCKED, verdict_text
 from loopwarden.schemas import sidecar as api
 from loopwarden.schemas.events import ToolCall
 from loopwarden.schemas.verdicts import Verdict
@@ -317,7 +317,7 @@ class Service:
                     decision, call=msgspec.structs.replace(decision.call, params=req.params)
                 )
             if req.blocked:
-                result = blocked_tool_result(decision.message or "Tool call blocked by loop detection.")
+                result = blocked_tool_result(decision.message or BLOCKED)
             elif decision.action in ("block", "abort") and result is not UNSET:
                 result = _decoded(result)  # tool_result tells an applied veto from a tool that ran anyway
             await self.client.tool_result(decision, result=result, error=req.error)
@@ -334,7 +334,7 @@ class Service:
             params=req.params,
         )
         if req.blocked:
-            result = blocked_tool_result("Tool call blocked by loop detection.")
+            result = blocked_tool_result(BLOCKED)
         # Not a check of this run waiting for its result: a repeat, a call never checked, or one whose
         # check fell out of the table. Published (the worker records it as OpenClaw records an orphan
         # outcome), never applied to the local decision: whoever has the run's ids cannot feed it

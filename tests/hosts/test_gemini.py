@@ -11,7 +11,17 @@ import pytest
 
 from tests.hosts import scenarios
 from tests.hosts.harness import GeminiCli
-from tests.hosts.tool_rows import Row, changing_file, fixed_file, new_file_each_call, run_row
+from tests.hosts.tool_rows import (
+    CAPTURE,
+    Row,
+    RowHosts,
+    changing_file,
+    fixed_file,
+    new_file_each_call,
+    row_hosts,
+    run_mcp_rows,
+    run_row,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -124,27 +134,17 @@ ROWS = [
 
 
 @pytest.fixture(scope="module")
-def gemini_low(tmp_path_factory, model, low_service):
-    host = GeminiCli(tmp_path_factory.mktemp("gemini-low"), model.url)
-    scenarios.install_hooks(host, low_service.url)
-    return host
-
-
-@pytest.fixture(scope="module")
-def gemini_default(tmp_path_factory, model, service):
-    host = GeminiCli(tmp_path_factory.mktemp("gemini-default"), model.url)
-    scenarios.install_hooks(host, service.url)
-    return host
+def hosts(tmp_path_factory, model, low_service, service) -> RowHosts:
+    return row_hosts(GeminiCli, tmp_path_factory, model, low_service, service)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_each_tool(row, gemini_low, gemini_default, model):
-    host = gemini_default if "(default)" in row.name else gemini_low
+def test_each_tool(row, hosts, model):
+    host = hosts.for_row(row)
     for stale in host.project.glob("*.log"):
         stale.unlink()
-    results, stderr = run_row(host, model, row)
+    _, stderr = run_row(host, model, row)
     if row.block_at is not None:
-        assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
         # the person at the keyboard is told too: headless, Gemini CLI prints a hook's systemMessage
         assert f"loopwarden blocked a {row.tool} call (" in stderr, stderr[-2000:]
     else:
@@ -167,15 +167,7 @@ def test_an_mcp_tool(tmp_path, model, low_service):
     settings["mcpServers"] = {"fs": {"command": server, "args": [str(host.project)], "trust": True}}
     host.hooks_file.write_text(json.dumps(settings))
     read = "mcp_fs_read_text_file"
-    run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
-    run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
-    run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))
-
-
-CAPTURE = (  # a hook that appends its input, one line per call
-    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
-    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
-)
+    run_mcp_rows(host, model, read)
 
 
 def test_the_outcome_hashed_is_what_the_model_read(tmp_path, model):

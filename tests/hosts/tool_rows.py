@@ -23,6 +23,10 @@ from tests.hosts.harness import Host
 LOW_CONFIG = """{tools: {loopDetection: {enabled: true, historySize: 30, warningThreshold: 3,
   criticalThreshold: 6, globalCircuitBreakerThreshold: 30, unknownToolThreshold: 10}}}"""
 LARGE = 80_000  # characters of a large output (over the hook's 64 KiB digest bound)
+CAPTURE = (  # a hook that appends its input, one line per call
+    "import os, sys\nwith open(os.environ['CAPTURE'], 'a') as f:\n"
+    "    f.write(sys.stdin.read().replace('\\n', ' ') + '\\n')\n"
+)
 
 
 @dataclass
@@ -87,7 +91,41 @@ def run_row(host: Host, model: FakeModelServer, row: Row, prompt: str = "go") ->
         assert not scenarios.CRITICAL.search(whole)
     else:
         assert refused == list(range(row.block_at, row.calls)), f"{row.name}: refused {refused}"
+        # the first refusal names the identical outcomes before it: the thresholds' critical count
+        assert scenarios.CRITICAL.search(results[row.block_at]).group(1) == str(row.block_at)
     if row.warn_at is not None:
         assert scenarios.WARNING.search(results[row.warn_at]), f"{row.name}: {results[row.warn_at][:600]}"
         assert not any(scenarios.WARNING.search(t) for t in results[: row.warn_at])
     return results, proc.stderr
+
+
+@dataclass
+class RowHosts:
+    """A module's two hosts for its rows: one at low thresholds, one at OpenClaw's defaults."""
+
+    low: Host
+    default: Host
+
+    def for_row(self, row: Row) -> Host:
+        """A row named "(default)" runs at OpenClaw's thresholds, the others at the low ones."""
+        return self.default if "(default)" in row.name else self.low
+
+
+def row_hosts(host_class: type[Host], tmp_path_factory, model: FakeModelServer, low_service, service) -> RowHosts:
+    """Both hosts in new folders, talking to ``model``, with ``loopwarden hook`` installed against the low
+    and the default service."""
+
+    def hooked(name: str, on) -> Host:
+        host = host_class(tmp_path_factory.mktemp(f"{host_class.__name__.lower()}-{name}"), model.url)
+        scenarios.install_hooks(host, on.url)
+        return host
+
+    return RowHosts(hooked("low", low_service), hooked("default", service))
+
+
+def run_mcp_rows(host: Host, model: FakeModelServer, read: str) -> None:
+    """The filesystem MCP server's read_text_file (named ``read`` by the host): a file that grows between
+    identical reads is never refused; the same text, or the same failure, is (low thresholds)."""
+    run_row(host, model, Row("mcp, file grows", read, {"path": "log.txt"}, 30, None, world=changing_file("log.txt")))
+    run_row(host, model, Row("mcp, same text", read, {"path": "a.txt"}, 8, 6, world=fixed_file("a.txt", "same\n")))
+    run_row(host, model, Row("mcp, same failure", read, {"path": "missing.txt"}, 8, 6))

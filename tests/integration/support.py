@@ -16,6 +16,7 @@ from loopwarden.devtools.processes import TopicNames
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import key_for
+from loopwarden.sidecar.process import SidecarProcess
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
@@ -55,6 +56,32 @@ def ready_worker(tansu: str, tmp: Path, tag: str, config: dict) -> Iterable[Work
         yield w
     finally:
         w.stop()
+
+
+def fleet_args(tansu: str, names: Names) -> list[str]:
+    """A decision service's flags for a worker's broker and topics (its events, verdicts and config)."""
+    return [
+        "--bootstrap",
+        tansu,
+        "--events-topic",
+        names.events,
+        "--control-topic",
+        names.control,
+        "--config-topic",
+        names.config,
+    ]
+
+
+def ready_fleet(tansu: str, tmp: Path, tag: str, config: dict) -> Iterable[tuple[WorkerProcess, SidecarProcess]]:
+    """Generator for a module-scoped fixture: a ready worker with ``config`` and a decision service with the
+    same config on its topics, both stopped afterwards."""
+    for worker in ready_worker(tansu, tmp, tag, config):
+        args = ["--config", str(tmp / "loop.json"), *fleet_args(tansu, worker.names)]
+        sidecar = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
+        try:
+            yield worker, sidecar
+        finally:
+            sidecar.stop()
 
 
 async def ensure_topics_of(bootstrap: str, names: Names) -> None:

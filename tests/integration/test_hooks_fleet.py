@@ -17,7 +17,7 @@ from tests.hosts import scenarios
 from tests.hosts.fake_models import FakeModelServer, repeat
 from tests.hosts.harness import ClaudeCode
 
-from .support import collect, ready_worker
+from .support import collect, fleet_args, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,25 +33,25 @@ def worker(tansu: str, tmp_path_factory: pytest.TempPathFactory):
     yield from ready_worker(tansu, tmp_path_factory.mktemp("hook-fleet"), "hookfleet", CONFIG)
 
 
-def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incident(
-    tansu: str, worker, tmp_path: Path
-) -> None:
+def run_sessions(tansu: str, worker, tmp_path: Path, sessions: list[tuple[str, Path, str]], prompt: str) -> list:
+    """Each ``(agent id, project, command)`` is one developer: a decision service of their own on the
+    worker's topics, and a Claude Code session that runs ``command`` 4 times. The incidents topic's
+    records, read until one incident is open."""
     names = worker.names
     config = tmp_path / "loop.json"
     config.write_text(json.dumps(CONFIG))
-    topics = ["--bootstrap", tansu, "--events-topic", names.events, "--control-topic", names.control]
-    topics += ["--config-topic", names.config]
+    topics = fleet_args(tansu, names)
     services = []
     try:
         with FakeModelServer() as model:
-            for dev in ("dev-alice", "dev-bob"):
+            for dev, project, command in sessions:
                 service = scenarios.sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
                 services.append(service)
-                host = ClaudeCode(tmp_path / dev, model.url)
+                host = ClaudeCode(project, model.url)
                 scenarios.install_hooks(host, service.url, dev)
-                model.fake.set(host.protocol, repeat(*host.shell(FAILING)), 4)
-                scenarios.run_ok(host, "read the file")
-            records = collect(
+                model.fake.set(host.protocol, repeat(*host.shell(command)), 4)
+                scenarios.run_ok(host, prompt)
+            return collect(
                 tansu,
                 names.incidents,
                 until=lambda rs: any(json.loads(r.value)["state"] == "open" for r in rs),
@@ -60,6 +60,13 @@ def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incid
     finally:
         for service in services:
             service.stop()
+
+
+def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incident(
+    tansu: str, worker, tmp_path: Path
+) -> None:
+    sessions = [(dev, tmp_path / dev, FAILING) for dev in ("dev-alice", "dev-bob")]
+    records = run_sessions(tansu, worker, tmp_path, sessions, "read the file")
     opened = [json.loads(r.value) for r in records if json.loads(r.value)["state"] == "open"]
     assert len(opened) == 1, opened
     incident = opened[0]
@@ -68,37 +75,15 @@ def test_the_same_failing_command_in_two_developers_sessions_opens_a_fleet_incid
     assert incident["run_count"] == 2
 
 
-WORKSPACE_CONFIG = CONFIG  # the default fingerprint: normalized
-
-
 def test_the_same_failure_in_each_developers_own_workspace_opens_one_incident(tansu: str, worker, tmp_path: Path):
     """Each session reads a file missing from its own project by its absolute path, so the bytes of the
     two failures differ (each names its own folder); the failure fingerprint makes them one incident.
     A third session missing another file joins none: its failure is a different one."""
-    names = worker.names
-    config = tmp_path / "loop.json"
-    config.write_text(json.dumps(WORKSPACE_CONFIG))
-    topics = ["--bootstrap", tansu, "--events-topic", names.events, "--control-topic", names.control]
-    topics += ["--config-topic", names.config]
-    services = []
-    try:
-        with FakeModelServer() as model:
-            for dev, name in (("ws-carol", "labels.csv"), ("ws-alice", "input.csv"), ("ws-bob", "input.csv")):
-                service = scenarios.sidecar(tmp_path / f"{dev}.log", config=config, extra=topics)
-                services.append(service)
-                host = ClaudeCode(tmp_path / dev / "work" / dev[3:], model.url)
-                scenarios.install_hooks(host, service.url, dev)
-                model.fake.set(host.protocol, repeat(*host.shell(f"cat {host.project / 'data' / name}")), 4)
-                scenarios.run_ok(host, "read the data")
-            records = collect(
-                tansu,
-                names.incidents,
-                until=lambda rs: any(json.loads(r.value)["state"] == "open" for r in rs),
-                timeout=90,
-            )
-    finally:
-        for service in services:
-            service.stop()
+    sessions = []
+    for dev, name in (("ws-carol", "labels.csv"), ("ws-alice", "input.csv"), ("ws-bob", "input.csv")):
+        project = tmp_path / dev / "work" / dev[3:]
+        sessions.append((dev, project, f"cat {project / 'data' / name}"))
+    records = run_sessions(tansu, worker, tmp_path, sessions, "read the data")
     ours = [json.loads(r.value) for r in records]
     ours = [r for r in ours if {"ws-alice", "ws-bob", "ws-carol"} & set(r["agent_ids"])]
     assert [r["state"] for r in ours] == ["open"], ours

@@ -18,7 +18,7 @@ import pytest
 from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.openclaw_host import ScriptedProvider, repeat_script, write_config
 
-from .support import WorkerProcess, collect, ready_worker
+from .support import WorkerProcess, collect, ready_fleet
 from .test_openclaw_plugin_live import FAILING, agent_turn, plugin_block, seen_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,16 +31,7 @@ DOC = {
 
 @pytest.fixture(scope="module")
 def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, SidecarProcess]]:
-    tmp = tmp_path_factory.mktemp("openclaw-workspaces")
-    for worker in ready_worker(tansu, tmp, "ocws", DOC):
-        names = worker.names
-        args = ["--config", str(tmp / "loop.json"), "--bootstrap", tansu, "--events-topic", names.events]
-        args += ["--control-topic", names.control, "--config-topic", names.config]
-        sidecar = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
-        try:
-            yield worker, sidecar
-        finally:
-            sidecar.stop()
+    yield from ready_fleet(tansu, tmp_path_factory.mktemp("openclaw-workspaces"), "ocws", DOC)
 
 
 def own_workspaces_config(tmp: Path, base_url: str, service_url: str, agents: dict[str, Path]) -> Path:

@@ -22,7 +22,7 @@ import pytest
 from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.openclaw_host import ScriptedProvider, openclaw, repeat_script, text_of, tool_results, write_config
 
-from .support import WorkerProcess, collect, ready_worker
+from .support import WorkerProcess, collect, ready_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -95,16 +95,7 @@ def seen_results(provider: ScriptedProvider) -> list[str]:
 @pytest.fixture(scope="module")
 def fleet(tansu, tmp_path_factory) -> Iterator[tuple[WorkerProcess, SidecarProcess]]:
     """A ready worker and the decision service on its topics, both with :data:`FLEET_DOC`."""
-    tmp = tmp_path_factory.mktemp("openclaw-fleet")
-    for worker in ready_worker(tansu, tmp, "ocfleet", FLEET_DOC):
-        names = worker.names
-        args = ["--config", str(tmp / "loop.json"), "--bootstrap", tansu, "--events-topic", names.events]
-        args += ["--control-topic", names.control, "--config-topic", names.config]
-        sidecar = SidecarProcess(args, log_path=tmp / "sidecar.log").start()
-        try:
-            yield worker, sidecar
-        finally:
-            sidecar.stop()
+    yield from ready_fleet(tansu, tmp_path_factory.mktemp("openclaw-fleet"), "ocfleet", FLEET_DOC)
 
 
 def loop_until_blocked(calls: int) -> Callable[[list[dict]], object]:

@@ -24,7 +24,7 @@ from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
 
-from .support import REPO, Names, WorkerProcess, collect, ensure_topics_of
+from .support import REPO, Names, WorkerProcess, collect, ensure_topics_of, fleet_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,18 +35,7 @@ LOOP = ["allow"] * 10 + ["warn"] + ["allow"] * 9 + ["block"]
 
 
 def sidecar_args(bootstrap: str, names: Names, config: Path) -> list[str]:
-    return [
-        "--config",
-        str(config),
-        "--bootstrap",
-        bootstrap,
-        "--events-topic",
-        names.events,
-        "--control-topic",
-        names.control,
-        "--config-topic",
-        names.config,
-    ]
+    return ["--config", str(config), *fleet_args(bootstrap, names)]
 
 
 def until(predicate, timeout: float = 60.0, what: str = "") -> None:

@@ -1,11 +1,9 @@
 // The Claude Agent SDK (`@anthropic-ai/claude-agent-sdk`, from npm; it runs its bundled Claude Code) with
-// `@loopwarden/client/claude-agent-sdk`'s hook callbacks against a live `loopwarden sidecar`. The model is a
-// scripted local Anthropic Messages server (as tests/hosts/fake_models.py is for the CLIs): stateless, it
-// asks for `script(n)` while the request carries n < calls tool results, then answers a final text.
+// `@loopwarden/client/claude-agent-sdk`'s hook callbacks against a live `loopwarden sidecar`. The model is the
+// scripted local Anthropic Messages server of anthropic.mjs, asked for `behaviour.script(n)`.
 
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
-import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -13,60 +11,19 @@ import { after, before, test } from "node:test";
 import { query } from "@anthropic-ai/claude-agent-sdk";
 
 import { loopwardenHooks } from "@loopwarden/client/claude-agent-sdk";
+import { claudeEnv, scriptedAnthropic, toolResults } from "./anthropic.mjs";
 import { GUARD_WINDOW, client, rid, serviceStats } from "./support.mjs";
 
 const REPEATS = 25;
-const FINAL = "All done.";
 let server;
 let baseUrl;
 let behaviour = { script: () => null, calls: 0 };
 let requests = [];
 let home;
 
-function toolResults(body) {
-  return (body.messages ?? []).flatMap((m) => (m.role === "user" && Array.isArray(m.content) ? m.content.filter((b) => b?.type === "tool_result") : []));
-}
-
-function sse(events) {
-  return events.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join("");
-}
-
-function answer(body) {
-  const n = toolResults(body).length;
-  const tool = body.tools?.length && n < behaviour.calls ? behaviour.script(n) : null;
-  const usage = { input_tokens: 10, output_tokens: 5 };
-  const start = { id: `msg_${n}`, type: "message", role: "assistant", model: body.model ?? "claude-fake", content: [], stop_reason: null, stop_sequence: null, usage };
-  const block = tool ? { type: "tool_use", id: `toolu_${String(n).padStart(4, "0")}`, name: tool[0], input: {} } : { type: "text", text: "" };
-  const delta = tool ? { type: "input_json_delta", partial_json: JSON.stringify(tool[1]) } : { type: "text_delta", text: FINAL };
-  return sse([
-    ["message_start", { type: "message_start", message: start }],
-    ["content_block_start", { type: "content_block_start", index: 0, content_block: block }],
-    ["content_block_delta", { type: "content_block_delta", index: 0, delta }],
-    ["content_block_stop", { type: "content_block_stop", index: 0 }],
-    ["message_delta", { type: "message_delta", delta: { stop_reason: tool ? "tool_use" : "end_turn", stop_sequence: null }, usage }],
-    ["message_stop", { type: "message_stop" }],
-  ]);
-}
-
 before(async () => {
   home = mkdtempSync(join(tmpdir(), "lw-claude-sdk-"));
-  server = http.createServer((req, res) => {
-    let raw = "";
-    req.on("data", (c) => (raw += c));
-    req.on("end", () => {
-      let body = {};
-      try {
-        body = JSON.parse(raw || "{}");
-      } catch {}
-      if (req.url.includes("/count_tokens")) return res.end(JSON.stringify({ input_tokens: 10 }));
-      if (!req.url.includes("/messages")) return res.end("{}");
-      requests.push(body);
-      res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
-      res.end(answer(body));
-    });
-  });
-  await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  baseUrl = `http://127.0.0.1:${server.address().port}`;
+  ({ server, url: baseUrl } = await scriptedAnthropic(() => behaviour, (body) => requests.push(body)));
 });
 
 after(() => {
@@ -77,18 +34,7 @@ after(() => {
 /** One headless run: the hooks, a throwaway config dir, the local model; every message the SDK yields. */
 async function run(hooks, prompt = "poll the job") {
   requests = [];
-  const env = {
-    PATH: process.env.PATH,
-    HOME: home,
-    CLAUDE_CONFIG_DIR: join(home, ".claude"),
-    ANTHROPIC_BASE_URL: baseUrl,
-    ANTHROPIC_API_KEY: "dummy",
-    DISABLE_TELEMETRY: "1",
-    DISABLE_ERROR_REPORTING: "1",
-    DISABLE_AUTOUPDATER: "1",
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
-    DISABLE_NON_ESSENTIAL_MODEL_CALLS: "1",
-  };
+  const env = { PATH: process.env.PATH, ...claudeEnv(home, baseUrl) };
   const messages = [];
   const q = query({ prompt, options: { hooks, cwd: home, env, model: "claude-sonnet-4-5", maxTurns: 60, allowedTools: ["Bash"], settingSources: [] } });
   for await (const m of q) messages.push(m);

@@ -14,7 +14,7 @@ import { z } from "zod";
 import { LoopClient } from "@loopwarden/client";
 import { loopwardenMiddleware } from "@loopwarden/client/langchain";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, REPEATS, WARN_TEXT, assertNeverBlocked, assertRepeatOutcome, client, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 /** `calls(n)`: the tool calls after n tool results of this prompt (none: "giving up"). */
@@ -158,30 +158,23 @@ test("an abort (the post-compaction guard) ends the run: beforeModel jumps to th
 
 test("parallel calls in one model message: each gated and reported", async () => {
   const c = client();
-  const model = new Scripted((done) => (done < 36 ? [["lookup", { q: "job 42" }, `call_${done}`], ["lookup", { q: "job 42" }, `call_${done + 1}`], ["lookup", { q: `note ${done}` }, `call_${done + 2}`]] : []));
+  const model = new Scripted(parallelScript);
   const { lookup, runs } = lookupTool();
   const agent = createAgent({ model, tools: [lookup], middleware: [loopwardenMiddleware(c)] });
   const out = await agent.invoke({ messages: [new HumanMessage("poll")] }, config(rid("lc-par")));
-  const t = texts(out.messages, 36);
   // the message's calls are admitted together (afterModel): step 11's identical pair is refused (20 identical
   // calls before it) and its fresh call runs
-  assert.deepEqual(t.flatMap((x, i) => (x.startsWith(BLOCK_TEXT) ? [i] : [])), [30, 31]);
-  assert.equal(runs.length, 34);
-  assert.equal(t.filter((x) => x.includes(WARN_TEXT)).length, 1);
-  assert.equal(c.stats.resultsSent, 36);
+  assertParallelOutcome(texts(out.messages, PARALLEL_CALLS), runs.length, c.stats);
   c.close();
 });
 
 test("ping-pong between two calls with no progress: warned on the 10th, refused on the 20th", async () => {
   const c = client();
-  const model = new Scripted((done) => (done < 30 ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : []));
+  const model = new Scripted(pingPongScript);
   const { lookup, runs } = lookupTool();
   const agent = createAgent({ model, tools: [lookup], middleware: [loopwardenMiddleware(c)] });
   const out = await agent.invoke({ messages: [new HumanMessage("poll")] }, config(rid("lc-pp")));
-  const t = texts(out.messages, 30);
-  const warned = t.findIndex((x) => x.includes("WARNING: You are alternating between repeated tool-call patterns"));
-  const blocked = t.findIndex((x) => x.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
-  assert.deepEqual([warned, blocked, runs.length], [9, 19, 29]); // as in ai.test.mjs
+  assertPingPongOutcome(texts(out.messages, PING_PONG_CALLS), runs.length);
   c.close();
 });
 

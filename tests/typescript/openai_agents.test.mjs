@@ -9,7 +9,7 @@ import { z } from "zod";
 
 import { guardAgent } from "@loopwarden/client/openai-agents";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, REPEATS, WARN_TEXT, assertNeverBlocked, assertRepeatOutcome, client, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 setTracingDisabled(true);
@@ -134,28 +134,20 @@ test("an abort (the post-compaction guard) ends the run: the tripwire raises, ru
 
 test("parallel calls in one turn: each gated and reported", async () => {
   const c = client();
-  const model = new Scripted((done) => (done < 36 ? [["lookup", { q: "job 42" }, `call_${done}`], ["lookup", { q: "job 42" }, `call_${done + 1}`], ["lookup", { q: `note ${done}` }, `call_${done + 2}`]] : []));
+  const model = new Scripted(parallelScript);
   const { lookup, runs } = lookupTool();
   const lw = guardAgent(agentWith(model, [lookup]), c);
   await lw.run(new Runner(), "poll", { sessionId: rid("oa-par"), maxTurns: 40 });
-  const texts = textsOf(model, 36);
-  const blocked = texts.flatMap((t, i) => (t.startsWith(BLOCK_TEXT) ? [i] : []));
-  assert.deepEqual(blocked, [30, 31]); // as in ai.test.mjs: OpenClaw's 30-call history decides step 12
-  assert.equal(runs.length, 34);
-  assert.equal(texts.filter((t) => t.includes(WARN_TEXT)).length, 1);
-  assert.equal(c.stats.resultsSent, 36);
+  assertParallelOutcome(textsOf(model, PARALLEL_CALLS), runs.length, c.stats);
   c.close();
 });
 
 test("ping-pong between two calls with no progress: warned on the 10th, refused on the 20th", async () => {
   const c = client();
-  const model = new Scripted((done) => (done < 30 ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : []));
+  const model = new Scripted(pingPongScript);
   const { lookup, runs } = lookupTool();
   await guardAgent(agentWith(model, [lookup]), c).run(new Runner(), "poll", { sessionId: rid("oa-pp"), maxTurns: 40 });
-  const texts = textsOf(model, 30);
-  const warned = texts.findIndex((t) => t.includes("WARNING: You are alternating between repeated tool-call patterns"));
-  const blocked = texts.findIndex((t) => t.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
-  assert.deepEqual([warned, blocked, runs.length], [9, 19, 29]); // as in ai.test.mjs
+  assertPingPongOutcome(textsOf(model, PING_PONG_CALLS), runs.length);
   c.close();
 });
 

@@ -56,3 +56,39 @@ export function assertNeverBlocked(texts, toolRuns) {
   assert.equal(texts.length, REPEATS);
   assert.ok(texts.every((t) => !t.includes("CRITICAL") && !t.includes("blocked")), texts.join("\n"));
 }
+
+/** One model message of three calls per step, 12 steps: an identical pair (`job 42`) beside a fresh call. */
+export const PARALLEL_CALLS = 36;
+export function parallelScript(done) {
+  return done < PARALLEL_CALLS
+    ? [["lookup", { q: "job 42" }, `call_${done}`], ["lookup", { q: "job 42" }, `call_${done + 1}`], ["lookup", { q: `note ${done}` }, `call_${done + 2}`]]
+    : [];
+}
+
+/**
+ * The parallel scenario's outcome (`texts`: the 36 results the model read): the repeated pair reaches 20
+ * identical calls in step 10, so step 11 refuses its pair (calls 30, 31) and runs its fresh call; by step 12
+ * the fresh calls have pushed enough of the pair out of OpenClaw's 30-call history that it runs again.
+ */
+export function assertParallelOutcome(texts, toolRuns, stats) {
+  assert.deepEqual(texts.flatMap((t, i) => (t.startsWith(BLOCK_TEXT) ? [i] : [])), [30, 31]);
+  assert.equal(toolRuns, PARALLEL_CALLS - 2);
+  assert.deepEqual(texts.flatMap((t, i) => (t.includes(WARN_TEXT) ? [i] : [])), [15]); // the pair's 11th call
+  assert.equal(stats.resultsSent, PARALLEL_CALLS);
+}
+
+/** Two calls alternating with no progress, one a step, 30 steps. */
+export const PING_PONG_CALLS = 30;
+export function pingPongScript(done) {
+  return done < PING_PONG_CALLS ? [["lookup", { q: done % 2 ? "b" : "a" }, `call_${done}`]] : [];
+}
+
+/**
+ * The ping-pong's outcome: warned on the 10th alternating call, refused on the 20th; the refusal is not a call
+ * of the run, so the alternation starts again and the rest run (OpenClaw's rule: a block does not end the run).
+ */
+export function assertPingPongOutcome(texts, toolRuns) {
+  const warned = texts.findIndex((t) => t.includes("WARNING: You are alternating between repeated tool-call patterns"));
+  const blocked = texts.findIndex((t) => t.startsWith("CRITICAL: You are alternating between repeated tool-call patterns"));
+  assert.deepEqual([warned, blocked, toolRuns], [9, 19, PING_PONG_CALLS - 1]);
+}

@@ -317,6 +317,19 @@ def _check_config(doc: typing.Any, where: Block) -> None:
         assert report.errors == [] and report.warnings == [], (str(where), report)
 
 
+def _bash(*args: str) -> subprocess.CompletedProcess:
+    """A doc's shell code run as a reader would: from the repo, with the venv first on PATH, no stdin."""
+    return subprocess.run(
+        ["bash", *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 @pytest.mark.parametrize("block", [b for b in BLOCKS if _runs_here(b)], ids=str)
 def test_every_block_that_is_not_a_fragment_runs_as_written(block: Block, tmp_path: Path) -> None:
     import json
@@ -344,27 +357,11 @@ def test_every_block_that_is_not_a_fragment_runs_as_written(block: Block, tmp_pa
         )
         assert out.returncode == 0, out.stderr
     elif block.lang == "sh":
-        out = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", block.body],
-            cwd=ROOT,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
+        out = _bash("-euo", "pipefail", "-c", block.body)
         assert out.returncode == 0, out.stderr
     else:
         for command, shown in _commands(block.body):
-            out = subprocess.run(
-                ["bash", "-o", "pipefail", "-c", command],
-                cwd=ROOT,
-                env=_env(),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                stdin=subprocess.DEVNULL,
-            )
+            out = _bash("-o", "pipefail", "-c", command)
             assert out.returncode == 0, (command, out.stderr)
             got = TIMING.sub("N s", out.stdout.rstrip())
             want = TIMING.sub("N s", shown.rstrip())

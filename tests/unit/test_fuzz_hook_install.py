@@ -14,16 +14,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks import install
+from tests.unit.fuzzing import cases, damage, knobs
 
-SECONDS = float(os.environ.get("LOOPWARDEN_FUZZ_SECONDS", "2"))
-SEED = int(os.environ.get("LOOPWARDEN_FUZZ_SEED", "43"))
+SECONDS, SEED = knobs(2, 43)
 NUMBERS = ["1e400", "1.0e3", "-0", "0.1", "2E+2", "123456789012345678901234567890", "-1.5e-7", "7"]
 USER_COMMANDS = [
     "./my-guard.sh",
@@ -95,16 +93,8 @@ def mutate(rng: random.Random, text: str) -> str:
     if roll < 0.5:
         return text
     if roll < 0.6:  # bytes flipped, cut or inserted
-        data = bytearray(text.encode("utf-8"))
-        for _ in range(rng.randrange(1, 4)):
-            at = rng.randrange(len(data) + 1)
-            op = rng.randrange(3)
-            if op == 0 and at < len(data):
-                data[at] = rng.randrange(256)
-            elif op == 1:
-                del data[at : at + rng.randrange(1, 10)]
-            else:
-                data[at:at] = rng.choice([b",", b"}", b"]", b'"', b"\\", b"\xff", b"// c\n", b" "])
+        tokens = [b",", b"}", b"]", b'"', b"\\", b"\xff", b"// c\n", b" "]
+        data = damage(rng, text.encode("utf-8"), rng.randrange(1, 4), lambda: rng.choice(tokens), max_cut=9)
         return data.decode("utf-8", "surrogateescape")
     return rng.choice(
         [
@@ -197,11 +187,8 @@ def test_odd_settings_files_are_rewritten_correctly_or_left_untouched(tmp_path: 
     monkeypatch.setattr(install, "precompile", lambda: 0)  # bytecode, written once per case, is not under test
     rng = random.Random(SEED)
     seen = {"refused": 0, "rewritten": 0}
-    end = time.monotonic() + SECONDS
-    cases = 0
-    while cases < 300 or time.monotonic() < end:
-        folder = tmp_path / str(cases)
+    for n in cases(SECONDS, at_least=300):
+        folder = tmp_path / str(n)
         folder.mkdir()
         seen[check_case(rng, folder)] += 1
-        cases += 1
     assert seen["refused"] > 10 and seen["rewritten"] > 100, seen

@@ -30,9 +30,9 @@ from loopwarden.hooks import install
 from loopwarden.hooks.command import MAX_INPUT, run_hook
 from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
+from tests.unit.fuzzing import cases, damage, knobs
 
-SECONDS = float(os.environ.get("LOOPWARDEN_FUZZ_SECONDS", "3"))
-SEED = int(os.environ.get("LOOPWARDEN_FUZZ_SEED", "44"))
+SECONDS, SEED = knobs(3, 44)
 LOW = Path(__file__).resolve().parents[2] / "tests" / "data" / "low.config.json5"
 
 CALL = {"tool_name": "Bash", "tool_input": {"command": "make test"}, "tool_use_id": "toolu_1"}
@@ -117,17 +117,7 @@ def mutate(rng: random.Random, event: dict) -> bytes:
     raw = json.dumps(doc, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass")
     roll = rng.random()
     if roll < 0.1:  # bytes flipped, inserted, cut
-        data = bytearray(raw)
-        for _ in range(rng.randrange(1, 6)):
-            at = rng.randrange(len(data) + 1)
-            op = rng.randrange(3)
-            if op == 0 and at < len(data):
-                data[at] = rng.randrange(256)
-            elif op == 1:
-                data[at:at] = bytes([rng.randrange(256)])
-            else:
-                del data[at : at + rng.randrange(1, 8)]
-        return bytes(data)
+        return damage(rng, raw, rng.randrange(1, 6), lambda: bytes([rng.randrange(256)]), max_cut=7)
     if roll < 0.13:
         return raw[: rng.randrange(len(raw))]
     if roll < 0.15:
@@ -161,9 +151,7 @@ def test_hostile_hook_input_never_breaks_the_hook_or_the_host(service: SidecarPr
     rng = random.Random(SEED)
     fails: Counter = Counter()
     hosts: Counter = Counter()
-    cases = 0
-    deadline = time.monotonic() + SECONDS
-    while time.monotonic() < deadline or cases < 200:
+    for n in cases(SECONDS, at_least=200):
         host = rng.choice(list(EVENTS))
         stdin = mutate(rng, rng.choice(EVENTS[host]))
         started = time.monotonic()
@@ -171,8 +159,7 @@ def test_hostile_hook_input_never_breaks_the_hook_or_the_host(service: SidecarPr
         assert time.monotonic() - started < 20  # a few requests, each bounded by the timeout
         check(host, stdin, out, err, fails)
         hosts[host] += 1
-        cases += 1
-        if cases % 50 == 0:  # the command as installed, a process: its exit code and its stdout
+        if (n + 1) % 50 == 0:  # the command as installed, a process: its exit code and its stdout
             argv = shlex.split(install.hook_command(host, install.build_parser().parse_args([host])))
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             proc = subprocess.run(argv, input=stdin, env=env, capture_output=True, timeout=60, cwd="/")
@@ -182,5 +169,5 @@ def test_hostile_hook_input_never_breaks_the_hook_or_the_host(service: SidecarPr
     with SidecarClient(service.url) as client:
         stats = client.get("/v1/stats")
     assert stats["service"]["internal_errors"] == 0 and stats["client"]["local_errors"] == 0
-    assert stats["service"]["requests"] > cases // 4, (cases, fails)  # many cases reached the service
+    assert stats["service"]["requests"] > (n + 1) // 4, (n + 1, fails)  # many cases reached the service
     assert fails["not a JSON object"] > 0  # and some were refused as they must be

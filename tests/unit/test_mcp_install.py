@@ -107,6 +107,25 @@ def test_bad_inputs_are_one_line_and_leave_the_file_alone(case, argv, named, tmp
     assert (tmp_path / ".mcp.json").read_text() == '{"mcpServers": {,}}'
 
 
+@pytest.mark.parametrize(
+    ("text", "mode", "named"),
+    [
+        ('{"mcpServers": {}, "mcpServers": {}}', 0o644, "twice"),  # which one the host reads is its own affair
+        ('{"mcpServers": {}}', 0o444, "read-only"),
+    ],
+)
+def test_a_file_the_hooks_would_not_rewrite_is_left_alone_too(text, mode, named, tmp_path, capsys):
+    """One reader and writer for every settings file (``loopwarden.hooks.install``): what ``hook install``
+    refuses, ``mcp install`` refuses the same way."""
+    settings = tmp_path / ".mcp.json"
+    settings.write_text(text)
+    settings.chmod(mode)
+    assert main(["claude-code", "--dir", str(tmp_path), "--name", "f", "--", "srv"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and named in err, err
+    assert settings.read_text() == text and stat.S_IMODE(settings.stat().st_mode) == mode
+
+
 def doc_block() -> str:
     """MCP.md's install commands (the shell block after the line that names them)."""
     text = MCP_MD.read_text()

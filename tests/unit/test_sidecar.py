@@ -28,9 +28,12 @@ AGENT = {"agent_id": "a", "session_id": "s1"}
 SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
 
 
-def service(limits: Limits | None = None) -> tuple[Service, Captured]:
-    client = LoopClient(bootstrap="127.0.0.1:1", config=CONFIG)
-    out = Captured()
+def service(
+    limits: Limits | None = None, max_local_runs: int = 10_000, outbox: type[Captured] = Captured
+) -> tuple[Service, Captured]:
+    """A service deciding locally with :data:`CONFIG`; what it publishes lands in the ``outbox`` returned."""
+    client = LoopClient(bootstrap="127.0.0.1:1", config=CONFIG, max_local_runs=max_local_runs)
+    out = outbox()
     client._outbox = out
     return Service(client, limits), out
 
@@ -39,8 +42,9 @@ def service(limits: Limits | None = None) -> tuple[Service, Captured]:
 async def http():
     clients = []
 
-    async def make(limits: Limits | None = None, token: bytes | None = None):
-        svc, out = service(limits)
+    async def make(limits: Limits | None = None, token: bytes | None = None, **options):
+        """An HTTP session to a new :func:`service` (``options``: its ``max_local_runs``, ``outbox``)."""
+        svc, out = service(limits, **options)
         server, urls = await start_listeners(svc, make_app(svc, token), "127.0.0.1", 0, None)
         client = aiohttp.ClientSession(base_url=urls[0])
         clients.append((client, server))

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import tracemalloc
 
-import aiohttp
 import pytest
 
-from loopwarden.runner import LoopClient
-from loopwarden.sidecar.app import make_app, start_listeners
-from loopwarden.sidecar.service import Limits, Service
-from tests.unit.test_runner_local import CONFIG, Captured
+from loopwarden.sidecar.service import Limits
+from tests.unit import test_sidecar
+from tests.unit.test_runner_local import Captured
 
+http = test_sidecar.http  # the fixture: a service deciding locally, over real HTTP on loopback
 A = {"agent_id": "a", "session_id": "s1"}
 READ = {"tool_name": "read", "params": {"path": "a"}}
 
@@ -37,26 +36,6 @@ class Counting(Captured):
         head = msgspec.json.decode(value, type=dict[str, object] | None) if len(value) < 4096 else None
         self.events.append((head or {}).get("type"))
         return True
-
-
-@pytest.fixture
-async def http():
-    made = []
-
-    async def make(limits: Limits | None = None, max_local_runs: int = 10_000, outbox=Captured):
-        client = LoopClient(bootstrap="127.0.0.1:1", config=CONFIG, max_local_runs=max_local_runs)
-        out = outbox()
-        client._outbox = out
-        svc = Service(client, limits)
-        server, urls = await start_listeners(svc, make_app(svc), "127.0.0.1", 0, None)
-        session = aiohttp.ClientSession(base_url=urls[0])
-        made.append((session, server))
-        return session, svc, out
-
-    yield make
-    for session, server in made:
-        await session.close()
-        await server.close()
 
 
 async def post(client, path: str, body: dict) -> dict:

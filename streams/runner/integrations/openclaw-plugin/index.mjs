@@ -19,11 +19,17 @@
 // and gives up after its own short timeout (`timeoutMs`, default 250 ms): loopwarden trouble
 // allows the call, logs one line and is counted.
 
-import { createHash } from "node:crypto";
-import { lstatSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
+
+// The listener checks, the verdict text from fields and the digest form are the TypeScript client's
+// (@loopwarden/client, beside this folder): one implementation for every JavaScript client.
+import { digest } from "../typescript/index.js";
+import { checkSocket, checkTcpListener, fieldText } from "../typescript/listener.js";
+
+export { checkSocket, checkTcpListener, digest, fieldText };
 
 export const PLUGIN_ID = "loopwarden";
 /** The service's default socket (as `loopwarden.hooks.service.default_socket`): no port to agree on. */
@@ -40,72 +46,6 @@ const MAX_PENDING = 4096; // calls between before and after, remembered for the 
 const LOG_EVERY_MS = 30_000; // repeated failures of one kind: one log line per this long
 const BLOCKED = "Tool call blocked by loop detection.";
 const MAX_ANSWER = 1 << 20; // bytes of an answer read over the socket
-const FIELD_TEXT = {
-  warn: "Warning: this looks like a tool-call loop",
-  block: "Tool call blocked by loop detection",
-  abort: "CRITICAL: run aborted by loop detection",
-};
-
-/** A verdict's text from its fields alone (as `loopwarden.hooks.service.field_text`), for a service whose own text cannot be trusted. */
-export function fieldText(action, detector, count) {
-  const text = FIELD_TEXT[action] ?? FIELD_TEXT.block;
-  const parts = [];
-  if (typeof detector === "string" && /^[A-Za-z_]{1,64}$/.test(detector)) parts.push(detector);
-  if (Number.isInteger(count) && count > 0 && count <= 1_000_000) parts.push(`${count} calls`);
-  return parts.length ? `${text} (${parts.join(", ")}).` : `${text}.`;
-}
-
-function trustedUid(uid) {
-  return uid === 0 || uid === process.getuid?.();
-}
-
-/** Throws unless `path`'s folder and the socket in it are this user's (or root's) and no one else may write the folder. */
-export function checkSocket(path) {
-  const folder = lstatSync(dirname(path));
-  if (!folder.isDirectory() || !trustedUid(folder.uid) || folder.mode & 0o022) {
-    throw Object.assign(new Error(`the socket's folder ${dirname(path)} is not this user's alone`), { code: "UNTRUSTED" });
-  }
-  const sock = lstatSync(path);
-  if (!sock.isSocket() || !trustedUid(sock.uid)) {
-    throw Object.assign(new Error(`${path} is not this user's socket`), { code: "UNTRUSTED" });
-  }
-}
-
-function hexAddress(host, port) {
-  const p = port.toString(16).toUpperCase().padStart(4, "0");
-  if (host === "::1") return [`${"0".repeat(24)}01000000:${p}`, `${"0".repeat(32)}:${p}`];
-  const ip = host.split(".").map((n) => Number(n).toString(16).toUpperCase().padStart(2, "0")).reverse().join("");
-  return [`${ip}:${p}`, `00000000:${p}`, `${"0".repeat(32)}:${p}`];
-}
-
-/**
- * Who listens on a loopback `host:port`: true (this user or root), throws (another user), null (not
- * loopback, or Linux's /proc/net/tcp cannot be read: usable, but its text is not shown to the model).
- */
-export function checkTcpListener(host, port, readFile = readFileSync) {
-  if (!(host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host) || host === "localhost")) return null;
-  const wanted = new Set(hexAddress(host === "localhost" ? "127.0.0.1" : host, port));
-  let readable = false;
-  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    let text;
-    try {
-      text = readFile(table, "ascii");
-    } catch {
-      continue;
-    }
-    readable = true;
-    for (const line of text.split("\n").slice(1)) {
-      const f = line.trim().split(/\s+/);
-      if (f.length > 7 && f[3] === "0A" && wanted.has(f[1])) {
-        if (trustedUid(Number(f[7]))) return true;
-        throw Object.assign(new Error(`${host}:${port} is listened on by uid ${f[7]}, not this user`), { code: "UNTRUSTED" });
-      }
-    }
-  }
-  if (!readable) return null;
-  throw Object.assign(new Error(`nothing of this user's listens on ${host}:${port}`), { code: "ECONNREFUSED" });
-}
-
 /** One POST over a Unix socket: the answer's status and JSON (Node's `http` with `socketPath`). */
 function postUnix(socketPath, path, headers, body, signal) {
   return new Promise((resolve, reject) => {
@@ -150,27 +90,6 @@ function shown(message, fallback) {
   // eslint-disable-next-line no-control-regex
   const clean = message.replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, " ");
   return clean.length > MAX_TEXT ? clean.slice(0, MAX_TEXT - 3) + "..." : clean;
-}
-
-/**
- * The stand-in for a text too large to send: `[loopwarden digest sha256=<hex of its UTF-8> chars=<code points>]`,
- * the form the coding-agent hook writes too. A *string*, so the service hashes it as a value: equal texts give
- * equal digests, unequal texts unequal ones (a cut text would make outputs that differ only at the end alike).
- */
-export function digest(text) {
-  const sha = createHash("sha256").update(text, "utf8").digest("hex");
-  let chars = text.length;
-  for (let i = 0; i < text.length; i += 1) {
-    const c = text.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        chars -= 1; // a surrogate pair is one code point
-        i += 1;
-      }
-    }
-  }
-  return `[loopwarden digest sha256=${sha} chars=${chars}]`;
 }
 
 /** JSON text of a value, with object keys sorted: equal values, equal text, whatever their key order. */
