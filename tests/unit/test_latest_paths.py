@@ -283,10 +283,10 @@ def test_a_history_without_the_profile_columns_stores_them_as_nil_and_older_valu
     assert state.extras is None
     legacy = [_legacy_history(), {}, [0, [], False], [], [], 0, 0, None, None]
     current = [_legacy_history(), {}, [0, [], False], [], b"", 0, 0, None, None]  # seen: digests (v3)
-    # the stored format v3 (STATE.md): the version byte, then every slot, usage and extras nil
-    assert encode_state(state) == b"\x03" + msgspec.msgpack.encode([*current, None, None])
+    # the stored format v4 (STATE.md): the version byte, then every slot, usage, extras and prints nil
+    assert encode_state(state) == b"\x04" + msgspec.msgpack.encode([*current, None, None, None])
     value = RunValue(7, 1.5, state)
-    assert encode_value(value) == b"\x03" + msgspec.msgpack.encode([7, 1.5, [*current, None, None]])
+    assert encode_value(value) == b"\x04" + msgspec.msgpack.encode([7, 1.5, [*current, None, None, None]])
     assert decode_value(encode_value(value)) == value
     # a value written before the profile existed (v1, no version byte, no extras slot)
     assert decode_value(msgspec.msgpack.encode([7, 1.5, [*legacy, None]])) == value
