@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -152,7 +152,8 @@ class LoopClient:
         self._publisher.outbox = outbox
 
     @property
-    def _put(self):  # noqa: ANN202 - the publisher's put, replaceable (a spy in tests)
+    def _put(self) -> Callable[[Event, wire.Ident], bool]:
+        """The publisher's put, replaceable (a spy in tests): every event leaves through it."""
         return self._publisher.put
 
     @_put.setter
