@@ -29,7 +29,7 @@ COMMANDS = (
     ("mcp", "loopwarden.mcpgate.command"),
     ("replay", "loopwarden.replay"),
     ("config", "loopwarden.config_command"),
-    ("tune", "loopwarden.tune"),
+    ("tune", "loopwarden.tune.command"),
     ("worker", "loopwarden.worker.command"),
     ("spans", "loopwarden.otel.command"),
     ("keys", "loopwarden.keys_command"),

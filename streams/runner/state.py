@@ -142,6 +142,17 @@ class ClientStats(msgspec.Struct, kw_only=True):
     def fail_open(self) -> int:
         return self.fail_open_timeout + self.fail_open_error
 
+    def count(self, action: str) -> None:
+        """One answered check, by the action it answered."""
+        if action == "block":
+            self.blocked += 1
+        elif action == "warn":
+            self.warned += 1
+        elif action == "abort":
+            self.aborted += 1
+        else:
+            self.allowed += 1
+
 
 class RunState:
     """What a runner needs to act on one run's verdicts that no gate consumed.

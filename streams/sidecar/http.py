@@ -1,13 +1,16 @@
-"""The decision service's HTTP/1.1 server: httptools parses, an asyncio protocol carries, every bound explicit.
+"""The decision service's HTTP/1.1 server: the protocol parses, an asyncio protocol carries, every bound explicit.
 
 Why not aiohttp (which the worker's pages run on): the service's budget is
 about a millisecond per check, and a request through an aiohttp application
 (request object, middleware, router, response object) cost about 0.3 ms of
 it, measured with ``loopwarden bench sidecar``. The service needs little of
 HTTP: JSON bodies, keep-alive, a fixed set of paths. So the parsing is
-httptools (the llhttp C parser, as uvicorn uses it) and the rest is this
-module: one :class:`Request` per message, handed to one coroutine that
-answers ``(status, JSON body)``.
+httptools (the llhttp C parser, as uvicorn uses it), kept with the bounds of
+a request in :mod:`loopwarden.sidecar.h1` (a state machine without I/O, as
+h11 keeps it), and the rest is this module: the transport glue of a
+connection (:class:`_Connection`: slots, flow control, order of answers,
+timeouts) and one small cycle per request (:class:`_Cycle`, as uvicorn's
+request-response cycle: the handler run to its ``(status, JSON body)``).
 
 Bounds, each answered and counted (``ServiceStats``) rather than buffered:
 
@@ -45,13 +48,14 @@ import socket
 import stat
 from collections import deque
 from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 
-import httptools
 import msgspec
 
 from loopwarden.hooks.service import check_socket_dir, peer_uid
+from loopwarden.sidecar.h1 import Request, RequestReader, error_body, response_bytes
+
+__all__ = ["HTTPServer", "Handler", "Request", "ServerCounts", "ServerLimits", "prepare_socket_dir", "response_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -85,58 +89,76 @@ class ServerCounts(msgspec.Struct, kw_only=True):
     timeouts: int = 0  # closed by the sweep: idle or slow
 
 
-class Request:
-    """One parsed request: method and path as text, header names lower-case, the whole body."""
-
-    __slots__ = ("method", "path", "headers", "body", "unix")
-
-    def __init__(self, method: str, path: str, headers: dict[str, str], body: bytes, unix: bool) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.body = body
-        self.unix = unix  # over the Unix socket, from a peer whose uid was checked at connect
-
-
 Handler = Callable[[Request], Awaitable[tuple[int, bytes]]]
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-
-
-def response_bytes(status: int, body: bytes, close: bool = False) -> bytes:
-    """One JSON response, head and body; the body ends with a newline (curl's output stays apart)."""
-    if not body.endswith(b"\n"):
-        body += b"\n"
-    reason = _REASONS.get(status, b"Unknown")
-    connection = b"Connection: close\r\n" if close else b""
-    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        status,
-        reason,
-        len(body),
-        connection,
-        body,
-    )
-
-
-def _error_body(text: str) -> bytes:
-    return msgspec.json.encode({"error": text})
 
 
 def _internal_error() -> tuple[int, bytes]:
     log.exception("sidecar request failed")
-    return 500, _error_body("internal error")
+    return 500, error_body("internal error")
 
 
-class _Refused(Exception):
-    """A bound was passed mid-parse: answered, and the connection closes."""
+class _Cycle:
+    """One request's handler, run to its answer: at once when it never waits, else in a task.
+
+    A local decision never waits for anything, so the handler's coroutine usually finishes on its
+    first step and the answer is written in the same callback that read the request. Scheduled as a
+    task instead, it would wait in the loop's ready queue behind whatever the broker clients have
+    ready, which is where most of a check's tail went (Python 3.11 has no eager tasks)."""
+
+    __slots__ = ("conn", "coro", "keep_alive")
+
+    def __init__(self, conn: _Connection, request: Request, keep_alive: bool) -> None:
+        self.conn = conn
+        self.keep_alive = keep_alive
+        self.coro = conn.server.handler(request)
+
+    def start(self) -> bool:
+        """Run the handler to its first wait; True when it answered already."""
+        try:
+            waiting = self.coro.send(None)
+        except StopIteration as done:
+            self.conn.answer(done.value, self.keep_alive)
+            return True
+        except Exception:  # noqa: BLE001 - the handler answers its own errors; this is a bug's last stop
+            self.conn.answer(_internal_error(), self.keep_alive)
+            return True
+        self.conn.server.loop.create_task(self._finish(waiting))
+        return False
+
+    async def _finish(self, waiting: Any) -> None:
+        """Drive a handler that waited (``waiting``: the future it awaits, None to yield once) to its end."""
+        coro = self.coro
+        try:
+            while True:
+                if waiting is None:
+                    await asyncio.sleep(0)
+                else:
+                    await asyncio.wait((waiting,))  # the handler reads the outcome itself when resumed
+                try:
+                    waiting = coro.send(None)
+                except StopIteration as done:
+                    answer = done.value
+                    break
+                except Exception:  # noqa: BLE001 - as in start
+                    answer = _internal_error()
+                    break
+        except asyncio.CancelledError:
+            coro.close()
+            raise
+        conn = self.conn
+        conn.busy = False
+        conn.answer(answer, self.keep_alive)
+        conn.next()
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: parse, queue, answer in order."""
+    """One client connection's transport: its slot, the requests its reader parsed, answered in order."""
 
     def __init__(self, server: HTTPServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpRequestParser(self)
+        limits = server.limits
+        self.reader = RequestReader(limits.max_head, limits.max_headers, limits.max_body, self._request)
         self.unix = False
         self.peer: object = None  # ("uid", n) on the Unix socket, ("ip", address) on TCP
         self.authenticated = False
@@ -149,15 +171,6 @@ class _Connection(asyncio.Protocol):
         self.closing = False
         self.eof = False  # the client half-closed: answer what it sent, then close
         self.last_active = 0.0
-        self.started: float | None = None  # when the request being read began
-        self._url = b""
-        self._headers: dict[str, str] = {}
-        self._fields = 0  # header fields of this head, repeated names included
-        self._head_bytes = 0  # of the request line and headers seen so far
-        self._in_head = False
-        self._fed = 0  # bytes fed while a head was incomplete (httptools holds a split header's pieces)
-        self._body: list[bytes] = []
-        self._body_bytes = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -166,7 +179,7 @@ class _Connection(asyncio.Protocol):
         server = self.server
         self.last_active = self.since = self.born = server.loop.time()
         sock = transport.get_extra_info("socket")
-        self.unix = sock is not None and sock.family == socket.AF_UNIX
+        self.unix = self.reader.unix = sock is not None and sock.family == socket.AF_UNIX
         if self.unix:
             uid = peer_uid(sock)
             if uid is not None and uid not in server.allow_uids:
@@ -196,24 +209,16 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_active = self.server.loop.time()
-        if self._in_head:  # httptools joins a split header's pieces itself: bound what it may hold
-            self._fed += len(data)
-            if self._fed > self.server.limits.max_head:
-                self._too_large(431, "request head too large")
-                return
-        try:
-            self.parser.feed_data(data)
-        except _Refused:
-            return
-        except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _Refused):
-                return
-            raise
-        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
-            if not self.closing:
-                self.server.counts.bad_requests += 1
-                self._fail(400, "malformed HTTP request")
+        self.last_active = now = self.server.loop.time()
+        if not self.reader.feed(data, now) and not self.closing:
+            refusal = self.reader.refusal
+            assert refusal is not None
+            counts = self.server.counts
+            if refusal.too_large:
+                counts.too_large += 1
+            else:
+                counts.bad_requests += 1
+            self._fail(refusal.status, refusal.text)
 
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): keep the connection to answer what came, then
@@ -229,126 +234,29 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self._next()
-
-    # -- httptools callbacks -------------------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.started = self.server.loop.time()
-        self._url = b""
-        self._headers = {}
-        self._fields = 0
-        self._head_bytes = 0
-        self._in_head = True
-        self._fed = 0
-        self._body = []
-        self._body_bytes = 0
-
-    def _head(self, size: int) -> None:
-        self._head_bytes += size
-        if self._head_bytes > self.server.limits.max_head:
-            self._too_large(431, "request head too large")
-            raise _Refused
-
-    def on_url(self, url: bytes) -> None:
-        self._head(len(url))
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head(len(name) + len(value) + 4)
-        headers = self._headers
-        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-        self._fields += 1
-        if self._fields > self.server.limits.max_headers:
-            self._too_large(431, "too many header fields")
-            raise _Refused
-
-    def on_headers_complete(self) -> None:
-        self._in_head = False  # the body has its own bound
-        if self.parser.should_upgrade():  # nothing here speaks another protocol on this connection
-            self.server.counts.bad_requests += 1
-            self._fail(400, "upgrade not supported")
-            raise _Refused
-        length = self._headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.server.limits.max_body:
-            self._too_large(413, f"body over {self.server.limits.max_body} bytes")
-            raise _Refused
-
-    def on_body(self, body: bytes) -> None:
-        self._body_bytes += len(body)
-        if self._body_bytes > self.server.limits.max_body:
-            self._too_large(413, f"body over {self.server.limits.max_body} bytes")
-            raise _Refused
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self.started = None
-        parser = self.parser
-        url = self._url
-        query = url.find(b"?")
-        path = (url if query < 0 else url[:query]).decode("latin-1")
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        request = Request(parser.get_method().decode("latin-1"), path, self._headers, body, self.unix)
-        self.queue.append((request, parser.should_keep_alive()))
-        if len(self.queue) >= self.server.limits.max_pipelined and not self.read_paused:
-            self.read_paused = True
-            self.transport.pause_reading()
-        self._next()
+        self.next()
 
     # -- answering -------------------------------------------------------------------
 
-    def _next(self) -> None:
-        """Answer the oldest queued request, at once: its handler starts here, not in a task.
+    def _request(self, request: Request, keep_alive: bool) -> None:
+        """The reader parsed a request: queue it (reading pauses at ``max_pipelined``), answer in order."""
+        self.queue.append((request, keep_alive))
+        if len(self.queue) >= self.server.limits.max_pipelined and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+        self.next()
 
-        A local decision never waits for anything, so the handler's coroutine usually finishes on its
-        first step and the answer is written in the same callback that read the request. Scheduled
-        as a task instead, it would wait in the loop's ready queue behind whatever the broker
-        clients have ready, which is where most of a check's tail went (Python 3.11 has no eager
-        tasks). A handler that does wait goes on in a task (:meth:`_finish`)."""
+    def next(self) -> None:
+        """Answer the queued requests in order while none waits and the client reads its answers."""
         while not (self.busy or self.write_paused or self.closing or not self.queue):
             request, keep_alive = self.queue.popleft()
-            coro = self.server.handler(request)
-            try:
-                waiting = coro.send(None)
-            except StopIteration as done:
-                self._answer(done.value, keep_alive)
-                continue
-            except Exception:  # noqa: BLE001 - the handler answers its own errors; this is a bug's last stop
-                self._answer(_internal_error(), keep_alive)
-                continue
-            self.busy = True
-            self.server.loop.create_task(self._finish(coro, waiting, keep_alive))
-            return
-        self._done_if_eof()
-
-    def _done_if_eof(self) -> None:
+            if not _Cycle(self, request, keep_alive).start():
+                self.busy = True
+                return
         if self.eof and not self.busy and not self.queue and not self.closing:
             self._close()
 
-    async def _finish(self, coro: Any, waiting: Any, keep_alive: bool) -> None:
-        """Drive a handler that waited (``waiting``: the future it awaits, None to yield once) to its end."""
-        try:
-            while True:
-                if waiting is None:
-                    await asyncio.sleep(0)
-                else:
-                    await asyncio.wait((waiting,))  # the handler reads the outcome itself when resumed
-                try:
-                    waiting = coro.send(None)
-                except StopIteration as done:
-                    answer = done.value
-                    break
-                except Exception:  # noqa: BLE001 - as in _next
-                    answer = _internal_error()
-                    break
-        except asyncio.CancelledError:
-            coro.close()
-            raise
-        self.busy = False
-        self._answer(answer, keep_alive)
-        self._next()
-
-    def _answer(self, answer: tuple[int, bytes], keep_alive: bool) -> None:
+    def answer(self, answer: tuple[int, bytes], keep_alive: bool) -> None:
         if self.closing:
             return
         status, body = answer
@@ -363,12 +271,8 @@ class _Connection(asyncio.Protocol):
             self.read_paused = False
             self.transport.resume_reading()
 
-    def _too_large(self, status: int, text: str) -> None:
-        self.server.counts.too_large += 1
-        self._fail(status, text)
-
     def _fail(self, status: int, text: str) -> None:
-        """Answer an error the parser found and close: what follows on the connection cannot be framed.
+        """Answer an error the reader found and close: what follows on the connection cannot be framed.
 
         The answer goes out with a half-close, and what the client still sends is read and dropped
         for a moment: closing outright with unread bytes would reset the connection, and the client
@@ -376,7 +280,7 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         transport = self.transport
-        transport.write(response_bytes(status, _error_body(text), close=True))
+        transport.write(response_bytes(status, error_body(text), close=True))
         self.closing = True
         self.queue.clear()
         if transport.can_write_eof():
@@ -399,8 +303,8 @@ class _Connection(asyncio.Protocol):
         if not self.authenticated and now - self.born > limits.auth_timeout:
             self.server.counts.timeouts += 1
             self._fail(408, "not authenticated in time")
-        elif self.started is not None:
-            if now - self.started > limits.request_timeout:
+        elif self.reader.started is not None:
+            if now - self.reader.started > limits.request_timeout:
                 self.server.counts.timeouts += 1
                 self._fail(408, "request not received in time")
         elif now - self.last_active > limits.idle_timeout:
@@ -460,7 +364,7 @@ class HTTPServer:
         self.counts.connections_evicted += 1
         # it holds no request: the answer and a plain close (no lingering: a flood of newcomers
         # must not turn into a pile of closing sockets)
-        oldest.transport.write(response_bytes(503, _error_body("connection closed for a newer one"), close=True))
+        oldest.transport.write(response_bytes(503, error_body("connection closed for a newer one"), close=True))
         oldest._close()
         self.forget(oldest)
         return True

@@ -1,9 +1,10 @@
 """The layer order of streams/ARCHITECTURE.md, read from the code's own imports.
 
 The contracts are in pyproject.toml (``[tool.importlinter]``); ``lint-imports`` checks
-them. Two more checks it has no contract for: no module import circles anywhere in
-the package, and ``schemas/`` (a folder of its own, outside the package folder
-import-linter walks) importing nothing of ours.
+them (the hooks' "standard library only" is a contract type of our own,
+tests/contracts.py). Two more checks it has no contract for: no module import
+circles anywhere in the package, and ``schemas/`` (a folder of its own, outside
+the package folder import-linter walks) importing nothing of ours.
 """
 
 from __future__ import annotations
@@ -92,3 +93,30 @@ def test_schemas_import_nothing_of_ours_but_schemas():
             )
             for name in names:
                 assert not name.startswith("loopwarden.") or name.startswith("loopwarden.schemas"), (path, name)
+
+
+def test_the_standard_library_only_contract_names_every_other_import():
+    """The hooks' contract (tests/contracts.py) lets the standard library and the allowed package
+    through and names anything else: a package no list foresaw, and one of ours."""
+    from tests.contracts import StandardLibraryOnly
+
+    graph = grimp.ImportGraph()
+    for module in ("loopwarden", "loopwarden.hooks", "loopwarden.hooks.a", "loopwarden.hooks.b", "loopwarden.runner"):
+        graph.add_module(module)
+    imports = [
+        ("loopwarden.hooks.a", "json"),
+        ("loopwarden.hooks.a", "urllib.parse"),
+        ("loopwarden.hooks.a", "loopwarden.hooks.b"),
+        ("loopwarden.hooks.b", "some_new_dependency"),
+        ("loopwarden.hooks.b", "loopwarden.runner"),
+        ("loopwarden.runner", "msgspec"),  # outside the source: not its business
+    ]
+    for n, (importer, imported) in enumerate(imports, 1):
+        graph.add_import(importer=importer, imported=imported, line_number=n, line_contents=f"import {imported}")
+    options = {"source_modules": ["loopwarden.hooks"], "allowed_modules": ["loopwarden.hooks"]}
+    check = StandardLibraryOnly("hooks", {}, options).check(graph, verbose=False)
+    assert not check.kept
+    assert check.metadata["broken"] == [
+        ("loopwarden.hooks.b", "loopwarden.runner", [5]),
+        ("loopwarden.hooks.b", "some_new_dependency", [4]),
+    ]
