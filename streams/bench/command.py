@@ -30,6 +30,10 @@ TARGETS = {
         "loopwarden.bench.recovery",
         "the release's batch admission (openclaw-latest) per call, against check() under the default rules",
     ),
+    "failover": (
+        "loopwarden.bench.failover",
+        "two workers: time to ready after a kill, a restart and a wiped restart, by state size and standbys",
+    ),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "hook": ("loopwarden.bench.hook", "one `loopwarden hook` run as a coding agent starts it, service up and down"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
@@ -40,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, mcp, config, screening, "
-        "signing, state, recovery, soak, hook, all)",
+        "signing, state, recovery, failover, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")
