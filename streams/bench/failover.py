@@ -156,7 +156,7 @@ class Load:
                     run = f"steady-{i // 20}"  # a run of 20 distinct calls, then the next
                     event = {
                         "type": "tool_call",
-                        "agent_id": f"agent-{i % 50}",
+                        "agent_id": f"agent-{(i // 20) % 50}",  # a run's calls share its key
                         "session_id": f"s-{run}",
                         "run_id": run,
                         "tool_name": "read",
@@ -265,10 +265,9 @@ def one_group(
             for name in scenarios:
                 result[name] = scenario(name, a, b, load, partitions, log)
                 log(f"  {name}: {result[name]}")
-            result["active_runs"] = [
-                a.metrics().get("loopwarden_active_runs"),
-                b.metrics().get("loopwarden_active_runs"),
-            ]
+            # Each worker's gauge, against the runs alive (the fill's and the steady load's; none expires).
+            result["active_runs"] = [w.metrics().get("loopwarden_active_runs") for w in (a, b)]
+            result["live_runs"] = runs + (load.sent + 19) // 20
         finally:
             if load is not None:
                 load.stop()
