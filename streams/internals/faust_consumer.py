@@ -33,7 +33,7 @@ Fixes over Faust's aiokafka driver:
   not started on, and for one never fetched. The batch route bypasses the
   stream and the paused changelogs are never fetched, so both fired
   forever on a healthy worker: each turn of the batch route's fetch loop
-  stamps the inbound time of the partitions it takes records of (what
+  stamps the inbound time of the partitions it is taking records of (what
   Faust's stream stamps per event), and partitions paused here on
   purpose are left out of the check. A batch route that stops taking
   records, or a partition not fetched, is still reported.

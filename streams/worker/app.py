@@ -85,6 +85,7 @@ class Runtime:
     processor: RunProcessor
     health: Health
     was_ready: bool = False
+    counted_generation: int | None = None  # the consumer group generation of the run counts
 
     def assigned(self, app: faust.App) -> set[int]:
         topic = self.settings.events_topic
@@ -282,6 +283,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         status = rt.observe(app)
         metrics.assigned_partitions.set(len(status["partitions"]))
         owned = set(status["partitions"])
+        if app.consumer_generation_id != rt.counted_generation:  # a rebalance since the last count
+            rt.counted_generation = app.consumer_generation_id
+            processor.recount()
         metrics.active_runs.set(processor.active_runs(owned))
         if status["ready"] and processor.uncounted(owned) and not (sweeping and not sweeping[0].done()):
             # Partitions just assigned hold runs no sweep has counted: count them now, not at the next sweep.

@@ -101,13 +101,21 @@ class RunProcessor:
             return await self.committer.submit(result)
 
     def _count_live(self, writes: dict, before: dict) -> None:
-        """Runs started or ended by a batch, per partition, between two sweeps (``live``)."""
+        """Runs started or ended by a batch, per partition, between two sweeps (``live``). A partition
+        no sweep has counted stays uncounted: its runs from before are not known yet."""
         live = self.live
         for slot, value in writes.items():
+            if slot[0] not in live:
+                continue
             old = before[slot] if slot in before else self.committer.read(*slot)
             change = (value is not None and value.state is not None) - (old is not None and old.state is not None)
             if change:
-                live[slot[0]] = live.get(slot[0], 0) + change
+                live[slot[0]] += change
+
+    def recount(self) -> None:
+        """Forget every partition's count (the assignment changed: a partition that left and came
+        back missed the runs its other owner started); the next sweep counts them again."""
+        self.live = {}
 
     def active_runs(self, owned_partitions: set[int]) -> int:
         """Runs with state in the owned partitions: each partition's count from its last sweep, moved

@@ -157,3 +157,13 @@ def test_active_runs_are_right_on_every_worker_after_a_fill_and_a_failover(tansu
     assert all(g > 0 for g in gauges()), gauges()
     b.stop()
     _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs, 90, f"survivor counts {gauges()[0]}")
+    # B back, runs started on its partitions, B gone again: A must not keep its count of those
+    # partitions from before they left (the runs B started there were never A's batches).
+    b.start()
+    _wait_for(lambda: _checks(b).get("partitions_assigned") and all(_checks(a).values()), 90, "b did not rejoin")
+    _wait_for(lambda: all(_checks(b).values()), 60, "b not ready")
+    more = _runs("more", 1000, calls=1)
+    produce_events(tansu, names.events, more)
+    _wait_for(lambda: sum(gauges()) == runs + 1000, 30, f"active runs {gauges()} != {runs + 1000}")
+    b.stop()
+    _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs + 1000, 90, f"survivor: {gauges()[0]}")

@@ -95,6 +95,14 @@ def test_active_runs_follow_batches_between_sweeps():
 
     async def go():
         assert proc.uncounted({0, 1}) == {0, 1}
+        await (await proc.process([rec(0, 9, "early")]))  # before any sweep: its runs from before are unknown
+        assert proc.uncounted({0, 1}) == {0, 1}
+        await proc.expire({0, 1}, now=time.time())
+        assert proc.active_runs({0, 1}) == 1
+        table.data.clear()
+        proc.recount()  # a rebalance
+        await proc.expire({0, 1}, now=time.time())
+        assert proc.active_runs({0, 1}) == 0
         await (await proc.process([rec(0, i, f"r{i}") for i in range(3)] + [rec(1, 0, "s0"), rec(1, 1, "s0")]))
         assert proc.active_runs({0, 1}) == 4 and proc.active_runs({1}) == 1
         await (await proc.process([rec(0, 3, "r0", "run_end"), rec(0, 4, "r1")]))  # one ends, one goes on
