@@ -34,6 +34,10 @@ TARGETS = {
         "loopwarden.bench.fingerprint",
         "the fleet's failure fingerprint: µs per outcome, and per event normalized against exact",
     ),
+    "failover": (
+        "loopwarden.bench.failover",
+        "two workers: time to ready after a kill, a restart and a wiped restart, by state size and standbys",
+    ),
     "soak": ("loopwarden.bench.soak", "memory against concurrent runs, and after their expiry (two waves)"),
     "hook": ("loopwarden.bench.hook", "one `loopwarden hook` run as a coding agent starts it, service up and down"),
     "all": ("loopwarden.bench.all", "engine, worker and gate round trip in one run, with their ratios and the targets"),
@@ -44,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
         help="benchmarks (engine, worker, latency, sidecar, adapters, broker, tune, spans, mcp, config, screening, "
-        "signing, state, recovery, fingerprint, soak, hook, all)",
+        "signing, state, recovery, fingerprint, failover, soak, hook, all)",
         description="Measure speed on this machine; every figure printed with its ratios.",
     )
     targets = p.add_subparsers(dest="target", required=True, metavar="TARGET")

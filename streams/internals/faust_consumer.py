@@ -7,8 +7,8 @@ tests/unit/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
 ``_wait_next_records`` / ``_buffered_partitions`` / ``_to_message`` / ``_read_offset`` / ``_unacked_messages`` /
 ``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped`` / ``_acked`` / ``_acked_index`` /
 ``_committed_offset`` / ``_waiting_for_ack`` / ``_is_changelog_tp`` / ``_thread``,
-``AIOKafkaConsumerThread._consumer``, ``Fetcher._stopped``; and ``ack()``'s lock,
-``faust.types.tuples.ack_lock``.
+``AIOKafkaConsumerThread._consumer`` / ``verify_event_path``, ``Fetcher._stopped``; ``ack()``'s lock,
+``faust.types.tuples.ack_lock``; and the monitor's ``stream_inbound_time`` (read by Faust's stall check).
 
 Fixes over Faust's aiokafka driver:
 
@@ -28,6 +28,15 @@ Fixes over Faust's aiokafka driver:
   assignment's first flush. Pausing and resuming changelog partitions is
   mirrored into aiokafka here, so they are not fetched while Faust does
   not read them.
+- Faust's stall check (every 2.5 commit intervals; ``stream_processing_timeout``)
+  logs an error for a partition with records waiting that its stream has
+  not started on, and for one never fetched. The batch route bypasses the
+  stream and the paused changelogs are never fetched, so both fired
+  forever on a healthy worker: each turn of the batch route's fetch loop
+  stamps the inbound time of the partitions it is taking records of (what
+  Faust's stream stamps per event), and partitions paused here on
+  purpose are left out of the check. A batch route that stops taking
+  records, or a partition not fetched, is still reported.
 """
 
 from __future__ import annotations
@@ -153,6 +162,12 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         mine = [tp for tp in tps if tp in assigned]
         (consumer.pause if paused else consumer.resume)(*mine)
 
+    def verify_event_path(self, now: float, tp: TP) -> None:
+        """Faust's stall check of one partition, except a changelog we paused on purpose."""
+        if aiokafka.TopicPartition(tp.topic, tp.partition) in self.not_fetched():
+            return None
+        return super().verify_event_path(now, tp)
+
     def not_fetched(self) -> set[aiokafka.TopicPartition]:
         """Assigned partitions aiokafka does not fetch now (read from another thread: a status)."""
         consumer = self._consumer
@@ -199,6 +214,21 @@ class Consumer(faust_aiokafka.Consumer):
         return sorted(f"{tp.topic}/{tp.partition}" for tp in self._thread.not_fetched())
 
     async def _drain_messages(self, fetcher: Any) -> None:
+        """The fetch loop; its cancellation by a stopping worker is a clean end.
+
+        Faust's fetcher task treats a cancellation during a rebalance as a crash to restart from:
+        it logs ``Crashed reason=CancelledError()`` with a traceback, then fails on its missing
+        supervisor (``'NoneType' object has no attribute 'wakeup'``). A worker stopped (SIGTERM)
+        while its group rebalances (another worker just left) went down that way.
+        """
+        try:
+            return await self._drain(fetcher)
+        except asyncio.CancelledError:
+            if fetcher.should_stop:
+                return None
+            raise
+
+    async def _drain(self, fetcher: Any) -> None:
         route = self.app.batch_route
         if route is None:
             return await super()._drain_messages(fetcher)
@@ -268,6 +298,14 @@ class Consumer(faust_aiokafka.Consumer):
                     await self._to_callback(tp, message)
             return
         records, active = await self._wait_next_records(timeout)
+        if active:
+            # The batch route takes this topic's active partitions now: what Faust's stall check reads
+            # as its stream's progress (stale once a batch hangs, or the fetch loop stops coming here).
+            inbound = self.app.monitor.stream_inbound_time
+            stamp = time.monotonic()
+            for tp in active:
+                if tp.topic == topic:
+                    inbound[tp] = stamp
         if records is None or self.should_stop:
             return
         generation = self.app.consumer_generation_id

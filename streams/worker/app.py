@@ -85,6 +85,7 @@ class Runtime:
     processor: RunProcessor
     health: Health
     was_ready: bool = False
+    counted_generation: int | None = None  # the consumer group generation of the run counts
 
     def assigned(self, app: faust.App) -> set[int]:
         topic = self.settings.events_topic
@@ -158,6 +159,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         producer_linger_ms=s.linger_ms,
         broker_session_timeout=s.session_timeout,
         broker_heartbeat_interval=s.heartbeat_interval,
+        consumer_group_instance_id=s.group_instance_id,
+        table_standby_replicas=s.standby_replicas,
+        stream_processing_timeout=s.partition_stall_timeout,
         broker_commit_interval=s.commit_interval,
         topic_partitions=s.partitions,
         topic_replication_factor=s.replicas,
@@ -266,10 +270,26 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     async def config_feed() -> None:
         await feed.run()
 
+    sweeping: list[asyncio.Task] = []  # the one sweep running, if any
+
+    async def sweep() -> None:
+        if sweeping and not sweeping[0].done():
+            return
+        sweeping[:] = [asyncio.ensure_future(processor.expire(rt.assigned(app)))]  # takes the batch lock in chunks
+        await sweeping[0]
+
     @app.timer(1.0)
     async def health_gauges() -> None:
         status = rt.observe(app)
         metrics.assigned_partitions.set(len(status["partitions"]))
+        owned = set(status["partitions"])
+        if app.consumer_generation_id != rt.counted_generation:  # a rebalance since the last count
+            rt.counted_generation = app.consumer_generation_id
+            processor.recount()
+        metrics.active_runs.set(processor.active_runs(owned))
+        if status["ready"] and processor.uncounted(owned) and not (sweeping and not sweeping[0].done()):
+            # Partitions just assigned hold runs no sweep has counted: count them now, not at the next sweep.
+            asyncio.ensure_future(sweep())
         metrics.consumer_lag.clear()
         for tp in app.consumer.assignment():
             if tp.topic != s.events_topic:
@@ -286,7 +306,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     async def expire_runs() -> None:
         if app.rebalancing:
             return
-        await processor.expire(rt.assigned(app))  # takes the batch lock a chunk at a time
+        await sweep()
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

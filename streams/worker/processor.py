@@ -45,6 +45,7 @@ class RunProcessor:
         self.fleet = fleet  # () -> current FleetConfig (live overrides swap it)
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
+        self.live: dict[int, int] = {}  # partition -> runs with state (loopwarden_active_runs)
         # fleet config -> (incident board, after_step) of one batch: the fleet extensions' hooks
         # (loopwarden.worker.fleet_agent)
         self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (None, None)
@@ -78,9 +79,16 @@ class RunProcessor:
         async with self.lock:
             fleet = self.fleet()
             board, after_step = self.hooks(fleet)
+            read = self.committer.read
+            before: dict[tuple[int, bytes], RunValue | None] = {}
+
+            def remembered(partition: int, key: bytes) -> RunValue | None:
+                value = before[(partition, key)] = read(partition, key)
+                return value
+
             result = apply_batch(
                 messages,
-                self.committer.read,
+                remembered,
                 fleet,
                 self.limits,
                 self.metrics.tool,
@@ -89,7 +97,34 @@ class RunProcessor:
                 after_step=after_step,
             )
             self.positions.update(result.positions)
+            self._count_live(result.writes, before)
             return await self.committer.submit(result)
+
+    def _count_live(self, writes: dict, before: dict) -> None:
+        """Runs started or ended by a batch, per partition, between two sweeps (``live``). A partition
+        no sweep has counted stays uncounted: its runs from before are not known yet."""
+        live = self.live
+        for slot, value in writes.items():
+            if slot[0] not in live:
+                continue
+            old = before[slot] if slot in before else self.committer.read(*slot)
+            change = (value is not None and value.state is not None) - (old is not None and old.state is not None)
+            if change:
+                live[slot[0]] += change
+
+    def recount(self) -> None:
+        """Forget every partition's count (the assignment changed: a partition that left and came
+        back missed the runs its other owner started); the next sweep counts them again."""
+        self.live = {}
+
+    def active_runs(self, owned_partitions: set[int]) -> int:
+        """Runs with state in the owned partitions: each partition's count from its last sweep, moved
+        by the runs batches started and ended since."""
+        return sum(self.live.get(p, 0) for p in owned_partitions)
+
+    def uncounted(self, owned_partitions: set[int]) -> set[int]:
+        """Owned partitions no sweep has counted yet (just assigned): a sweep is due."""
+        return owned_partitions - self.live.keys() if self.table.scannable else set()
 
     async def drain(self) -> None:
         await self.committer.drain()
@@ -145,6 +180,7 @@ class RunProcessor:
         """
         now = time.time() if now is None else now
         active = expired = 0
+        counted = dict.fromkeys(owned_partitions, 0)
         unacked: dict[str, int] = {}
         unreadable: dict[str, int] = {}
         entries = iter(self.table.owned_items(owned_partitions))
@@ -157,7 +193,9 @@ class RunProcessor:
                     scanned += 1
                     slot = (partition, key)
                     if slot in pending:
-                        active += pending[slot] is not None
+                        live = pending[slot] is not None and pending[slot].state is not None
+                        active += live
+                        counted[partition] += live
                     else:
                         verdict, value, late = self._judge(raw, now)
                         if verdict != "keep":
@@ -172,6 +210,7 @@ class RunProcessor:
                             expired += 1
                         elif verdict in ("keep", "rewrite"):
                             active += value.state is not None  # keep/rewrite: a decoded value
+                            counted[partition] += value.state is not None
                         if verdict == "rewrite":  # the sweep is the deadline of runs that went quiet
                             writes.append((partition, key, encode_value(value)))
                             for action in late:
@@ -189,7 +228,9 @@ class RunProcessor:
             self.metrics.unreadable_runs.labels(reason).inc(n)
         if expired:
             self.metrics.expired_runs.inc(expired)
-        self.metrics.active_runs.set(active)
+        if self.table.scannable:  # the sweep's count replaces the running one (partitions not owned: forgotten)
+            self.live = counted
+        self.metrics.active_runs.set(self.active_runs(owned_partitions))
         return expired, active
 
     def _judge(self, raw: bytes, now: float) -> tuple[str, RunValue | None, list[str]]:

@@ -74,6 +74,11 @@ class RunTable:
 
         return done
 
+    @property
+    def scannable(self) -> bool:
+        """Whether :meth:`owned_items` can list the runs (the RocksDB store; not ``memory://``)."""
+        return rocks_store(self.table) is not None
+
     def owned_items(self, owned_partitions: set[int]) -> Iterator[tuple[int, bytes, bytes]]:
         """``(partition, key, value)`` of the table partitions this worker owns (RocksDB store only)."""
         store = rocks_store(self.table)

@@ -53,6 +53,9 @@ class Settings(SecuritySettings, kw_only=True):
     state_flush_interval: float = 0.5
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
+    group_instance_id: str | None = None
+    standby_replicas: int = 1
+    partition_stall_timeout: float = 300.0
     max_event_bytes: int = 1_048_576
     max_message_bytes: int = 1_048_588
     max_depth: int = 64
@@ -78,6 +81,10 @@ class Settings(SecuritySettings, kw_only=True):
     misrouted: str = "dead_letter"
 
     def __post_init__(self) -> None:
+        if self.standby_replicas < 0:
+            raise ValueError(f"standby_replicas must be 0 or more, not {self.standby_replicas}")
+        if self.group_instance_id is not None and not self.group_instance_id.strip():
+            self.group_instance_id = None  # an empty variable leaves static membership off
         if self.misrouted not in MISROUTED:
             raise ValueError(f"misrouted must be one of {', '.join(MISROUTED)}, not {self.misrouted!r}")
 
@@ -158,6 +165,15 @@ HELP: dict[str, str] = {
     "commit_interval": "seconds between consumer offset commits",
     "session_timeout": "consumer group session timeout, seconds (Tansu holds joins for half of it)",
     "heartbeat_interval": "consumer group heartbeat interval, seconds",
+    "group_instance_id": "static group membership (Kafka's group.instance.id): a name unique to this worker that "
+    "stays the same across its restarts (a StatefulSet pod name); a worker back within --session-timeout keeps its "
+    "partitions and the group does not rebalance. Unset: a new member at every start (deploy/OPERATIONS.md)",
+    "standby_replicas": "standby copies of each run-table partition kept by other workers (Faust's "
+    "table_standby_replicas): a killed worker's partitions are taken over without replaying their changelog, at "
+    "the cost of a full copy of those partitions on each standby's disk and the fetches that keep it current; "
+    "0 = none (deploy/OPERATIONS.md has the measured failover times)",
+    "partition_stall_timeout": "seconds an assigned events partition may have records waiting without a batch "
+    "processing them (or go without a fetch) before the worker logs an error (Faust's stream_processing_timeout)",
     "max_event_bytes": "events larger than this many bytes are dead-lettered (reason too_large)",
     "max_message_bytes": "largest record the events topic accepts (its max.message.bytes); sizes the dead-letter "
     "topic and the producer so every dead letter keeps its original bytes",

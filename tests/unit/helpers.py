@@ -237,6 +237,8 @@ class MemRunTable:
     ``data`` maps ``(partition, key)`` to stored bytes; ``owned_items`` is a snapshot, as RocksDB's scan is.
     """
 
+    scannable = True  # lists its runs, as the RocksDB store does
+
     def __init__(self, data: dict[tuple[int, bytes], bytes]) -> None:
         self.data = dict(data)
 

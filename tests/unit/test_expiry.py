@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from loopwarden.detection.state import RunState
 from loopwarden.schemas.config import FleetConfig
@@ -72,3 +73,43 @@ def test_runs_with_values_not_yet_flushed_stay_and_count_as_active():
     proc.committer.pending[slot] = RunValue(offset=5, touched=99.0, state=RunState())  # staged, not flushed
     assert asyncio.run(proc.expire({0}, now=100.0)) == (0, 1)
     assert slot in table.data
+
+
+def test_active_runs_follow_batches_between_sweeps():
+    """``loopwarden_active_runs`` was set by the sweep alone (every 30 s by default): right after a fill a
+    worker read 0. Runs started and ended by batches now move each partition's count at once; a sweep
+    recounts the owned partitions, and a partition never swept is reported as due for one."""
+    import json
+
+    from loopwarden.schemas.events import key_for
+    from tests.unit.helpers import Rec
+
+    def rec(partition: int, offset: int, run: str, kind: str = "tool_call") -> Rec:
+        event = {"type": kind, "agent_id": "a", "run_id": run}
+        if kind == "tool_call":
+            event |= {"tool_name": "read", "tool_call_id": f"{run}-{offset}", "params": {"p": offset}}
+        return Rec("ev", partition, offset, key_for("a", None, run).encode(), json.dumps(event).encode())
+
+    table = MemRunTable({})
+    proc = RunProcessor(Settings(state_flush_interval=0.0), Metrics(), table, None, lambda: FleetConfig())
+
+    async def go():
+        assert proc.uncounted({0, 1}) == {0, 1}
+        await (await proc.process([rec(0, 9, "early")]))  # before any sweep: its runs from before are unknown
+        assert proc.uncounted({0, 1}) == {0, 1}
+        await proc.expire({0, 1}, now=time.time())
+        assert proc.active_runs({0, 1}) == 1
+        table.data.clear()
+        proc.recount()  # a rebalance
+        await proc.expire({0, 1}, now=time.time())
+        assert proc.active_runs({0, 1}) == 0
+        await (await proc.process([rec(0, i, f"r{i}") for i in range(3)] + [rec(1, 0, "s0"), rec(1, 1, "s0")]))
+        assert proc.active_runs({0, 1}) == 4 and proc.active_runs({1}) == 1
+        await (await proc.process([rec(0, 3, "r0", "run_end"), rec(0, 4, "r1")]))  # one ends, one goes on
+        assert proc.active_runs({0, 1}) == 3
+        await proc.expire({0, 1}, now=time.time())
+        assert proc.active_runs({0, 1}) == 3 and proc.uncounted({0, 1}) == set()
+        await proc.expire({1}, now=time.time())  # partition 0 moved away: forgotten, due again if it comes back
+        assert proc.active_runs({0, 1}) == 1 and proc.uncounted({0, 1}) == {0}
+
+    asyncio.run(go())

@@ -229,3 +229,25 @@ def test_the_batch_readers_call_codecs_by_module_names_the_guard_can_replace():
         assert [r.value for r in batch] == [b"v" * 100] and len(calls) == 1
     finally:
         c_default.gzip_decode = original
+
+
+def test_the_stall_check_and_what_it_reads():
+    """Faust's stall check is the consumer thread's ``verify_event_path``; a stream's progress is the
+    monitor's ``stream_inbound_time`` (the batch route stamps it); the timeouts come from
+    ``stream_processing_timeout``. Renamed, the check would go back to false alarms (or silence)."""
+    from faust.sensors.monitor import Monitor
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    source = inspect.getsource(AIOKafkaConsumerThread.verify_event_path)
+    assert "stream_inbound_time" in source and "_verify_aiokafka_event_path" in source
+    assert "stream_processing_timeout" in inspect.getsource(AIOKafkaConsumerThread.__post_init__)
+    assert "self.stream_inbound_time" in inspect.getsource(Monitor.__init__)
+
+
+def test_the_fetcher_task_still_takes_a_cancellation_while_rebalancing_for_a_crash():
+    """Why a stopping worker's drain swallows its cancellation (streams/internals/faust_consumer.py):
+    Faust's fetcher task crashes on it when ``app.rebalancing`` and then wakes a supervisor it lacks."""
+    from faust.transport.consumer import Fetcher
+
+    source = inspect.getsource(Fetcher._fetcher.fun)  # a mode ServiceTask around the coroutine function
+    assert "_drain_messages(self)" in source and "CancelledError" in source and "rebalancing" in source
