@@ -348,13 +348,15 @@ def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = Fals
     return True
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line and exit 2, as in every command (``mcp install`` uses it too)."""
+
     def error(self, message: str):  # noqa: ANN201 - NoReturn: a usage error is one line, as in every command
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="loopwarden hook install",
         description="Write (merged into the existing file) or print a coding agent's hook settings for loopwarden.",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -164,8 +165,12 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
                 private=args.socket == default_socket(),
             )
         except OSError as exc:
-            hint = " (a socket's path is at most 107 bytes: --socket SHORTER, and the same URL to the clients)"
-            print(f"loopwarden sidecar: {exc}{hint if 'too long' in str(exc) else ''}", file=sys.stderr)
+            hint = ""
+            if "too long" in str(exc):
+                hint = " (a socket's path is at most 107 bytes: --socket SHORTER, and the same URL to the clients)"
+            elif exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):  # the TCP port: say which flag moves it
+                hint = "; choose another port or address (--port, --host)"
+            print(f"loopwarden sidecar: {exc}{hint}", file=sys.stderr)
             return 2
         try:
             mode = "local" if client.local else "worker"
