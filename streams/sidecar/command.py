@@ -18,6 +18,8 @@ import signal
 import sys
 from typing import Any
 
+from loopwarden import tcp_port
+
 log = logging.getLogger("loopwarden.sidecar")
 
 
@@ -44,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         help="also serve this uid on the Unix socket (repeatable; the service's own uid and root always)",
     )
-    p.add_argument("--port", type=int, help="also serve TCP on this port (0: any free; default: no TCP)")
+    p.add_argument("--port", type=tcp_port, help="also serve TCP on this port (0: any free; default: no TCP)")
     p.add_argument("--host", help="the TCP address (default 127.0.0.1 with --port; beyond loopback needs --token-file)")
     p.add_argument("--no-tcp", action="store_true", help="no TCP listener (the default; kept for old command lines)")
     p.add_argument("--token-file", help="require 'Authorization: Bearer <token>' with the token in this file")

@@ -45,6 +45,13 @@ ROWS = [
         "address already in use; choose another port or address (--port, --host)",
         logs=True,
     ),
+    # a port out of range: bind's traceback (up, mcp --http) or, in asyncio, served modulo 65536 (sidecar)
+    Row(
+        ["sidecar", "--port", "99999", "--no-socket"], "loopwarden sidecar: argument --port: '99999' is not a TCP port"
+    ),
+    Row(["up", "--broker-port", "70000"], "loopwarden up: argument --broker-port: '70000' is not a TCP port"),
+    Row(["dev", "--port", "99999"], "loopwarden dev: argument --port: '99999' is not a TCP port"),
+    Row(["mcp", "--http", "127.0.0.1:99999", "--", "true"], "--http 127.0.0.1:99999: give HOST:PORT (a port 0-65535)"),
     Row(["hook", "install", "claude-code", "--dir", "{tmp}/TYPO"], "--dir {tmp}/TYPO: no such folder"),
     Row(["hook", "install", "vscode"], "loopwarden hook install: argument host: invalid choice: 'vscode'"),
     Row(["mcp", "--config", "/missing.json5", "--", "true"], "loopwarden mcp: cannot read config /missing.json5"),
