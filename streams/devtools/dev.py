@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from loopwarden import tcp_port
+
 BREAKER_AGENT = "ops-poller"
 DEV_CONFIG = {
     "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 20}},
@@ -74,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SESSIONS",
         help="sessions of the heartbeat scenario (repeating scheduled runs), per round (0 = off)",
     )
-    p.add_argument("--port", type=int, default=0, help="worker HTTP port (0 = a free one)")
+    p.add_argument("--port", type=tcp_port, default=0, help="worker HTTP port (0 = a free one)")
     p.add_argument("--broker", default=None, help="use this Kafka instead of the embedded Tansu")
     p.add_argument("--config", default=None, help="loop-detection config file (default: a demo config)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (worker log, data)")

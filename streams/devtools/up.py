@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from loopwarden import tcp_port
+
 BROKER_PORT = 19092
 WORKER_PORT = 6066
 HOST = "127.0.0.1"
@@ -45,9 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default: a temp folder, removed at exit)",
     )
     p.add_argument(
-        "--broker-port", type=int, default=BROKER_PORT, help=f"broker port on {HOST} (default {BROKER_PORT})"
+        "--broker-port", type=tcp_port, default=BROKER_PORT, help=f"broker port on {HOST} (default {BROKER_PORT})"
     )
-    p.add_argument("--port", type=int, default=WORKER_PORT, help=f"worker HTTP port on {HOST} (default {WORKER_PORT})")
+    p.add_argument(
+        "--port", type=tcp_port, default=WORKER_PORT, help=f"worker HTTP port on {HOST} (default {WORKER_PORT})"
+    )
     p.add_argument("--log-level", default="info", help="the worker's log level (its log file is printed at start)")
     p.set_defaults(func=main)
 

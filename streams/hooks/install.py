@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shlex
+import socket
 import stat
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks.hosts import HOSTS
-from loopwarden.hooks.service import service_url
+from loopwarden.hooks.service import parse_url, service_url
 
 HOOK_TIMEOUT = 10  # seconds the host waits for one hook run (the hook itself fails open within about 1 s)
 
@@ -348,13 +349,15 @@ def install(host: str, path: Path, block: dict[str, Any], *, remove: bool = Fals
     return True
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line and exit 2, as in every command (``mcp install`` uses it too)."""
+
     def error(self, message: str):  # noqa: ANN201 - NoReturn: a usage error is one line, as in every command
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="loopwarden hook install",
         description="Write (merged into the existing file) or print a coding agent's hook settings for loopwarden.",
     )
@@ -394,6 +397,22 @@ def precompile() -> int:
             continue
         done += 1
     return done
+
+
+def _answers(url: str) -> bool:
+    """Whether something listens where the hooks will ask: a hook finding nothing allows every call and
+    says so only on the host's hook stderr, which a user rarely sees, so ``install`` says it once."""
+    try:
+        unix, host, port, _prefix = parse_url(url)
+        if unix is not None:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(1)
+                sock.connect(unix)
+        else:
+            socket.create_connection((host, port), timeout=1).close()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def main(argv: list[str], *, remove: bool = False) -> int:
@@ -436,6 +455,13 @@ def main(argv: list[str], *, remove: bool = False) -> int:
         print(f"{prog}: {args.host} hooks {'removed from' if changed else 'were not in'} {path}")
         return 0
     print(f"{prog}: {args.host} hooks {'written to' if changed else 'already in'} {path}")
+    url = service_url(args.url)
+    if not _answers(url):
+        print(
+            f"{prog}: no decision service listens at {url} yet: start it (loopwarden sidecar --config FILE"
+            f"{', --port' if url.startswith('http') else ''}); until then the hooks allow every call",
+            file=sys.stderr,
+        )
     if args.http and args.token_file and not os.environ.get(TOKEN_ENV):
         print(f'export {TOKEN_ENV}="$(cat {shlex.quote(args.token_file)})" before starting claude', file=sys.stderr)
     if args.host == "codex":

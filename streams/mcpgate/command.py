@@ -11,6 +11,7 @@ import socket
 import sys
 from typing import Any
 
+from loopwarden import tcp_port
 from loopwarden.mcpgate.install import add_proxy_options
 
 
@@ -127,9 +128,9 @@ def say(text: str) -> None:
 def _address(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     try:
-        return host.strip("[]") or "127.0.0.1", int(port)
-    except ValueError:
-        raise ValueError(f"--http {text}: give HOST:PORT, e.g. 127.0.0.1:8765") from None
+        return host.strip("[]") or "127.0.0.1", tcp_port(port)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise ValueError(f"--http {text}: give HOST:PORT (a port 0-65535), e.g. 127.0.0.1:8765") from None
 
 
 def _reachable(url: str) -> bool:

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loopwarden.hooks.install import dumps, loads, read_settings, write_settings
+from loopwarden.hooks.install import OneLineParser, dumps, loads, read_settings, write_settings
 
 HOSTS = ("claude-code", "codex", "gemini")
 REPO = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def add_proxy_options(p: argparse.ArgumentParser, config_help: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="loopwarden mcp install",
         description="Write a host's MCP server entry that runs the server behind loopwarden mcp, with absolute "
         "paths, merged into the host's file (the rest of the file kept). The server's command follows '--'.",

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
 import sys
 from typing import Any
+
+from loopwarden import tcp_port
 
 log = logging.getLogger("loopwarden.sidecar")
 
@@ -43,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         help="also serve this uid on the Unix socket (repeatable; the service's own uid and root always)",
     )
-    p.add_argument("--port", type=int, help="also serve TCP on this port (0: any free; default: no TCP)")
+    p.add_argument("--port", type=tcp_port, help="also serve TCP on this port (0: any free; default: no TCP)")
     p.add_argument("--host", help="the TCP address (default 127.0.0.1 with --port; beyond loopback needs --token-file)")
     p.add_argument("--no-tcp", action="store_true", help="no TCP listener (the default; kept for old command lines)")
     p.add_argument("--token-file", help="require 'Authorization: Bearer <token>' with the token in this file")
@@ -164,8 +167,12 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
                 private=args.socket == default_socket(),
             )
         except OSError as exc:
-            hint = " (a socket's path is at most 107 bytes: --socket SHORTER, and the same URL to the clients)"
-            print(f"loopwarden sidecar: {exc}{hint if 'too long' in str(exc) else ''}", file=sys.stderr)
+            hint = ""
+            if "too long" in str(exc):
+                hint = " (a socket's path is at most 107 bytes: --socket SHORTER, and the same URL to the clients)"
+            elif exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):  # the TCP port: say which flag moves it
+                hint = "; choose another port or address (--port, --host)"
+            print(f"loopwarden sidecar: {exc}{hint}", file=sys.stderr)
             return 2
         try:
             mode = "local" if client.local else "worker"

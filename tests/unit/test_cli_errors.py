@@ -40,11 +40,30 @@ ROWS = [
     ),
     Row(["sidecar", "--config", "nope.json5"], "loopwarden sidecar: cannot read config nope.json5"),
     Row(["sidecar", "--config", "{bad}"], "line 3: not valid JSON/JSON5: Stray comma (--config)"),
-    Row(["sidecar", "--config", GOOD, "--port", "{busy}"], "address already in use", logs=True),
+    Row(
+        ["sidecar", "--config", GOOD, "--port", "{busy}", "--no-socket"],
+        "address already in use; choose another port or address (--port, --host)",
+        logs=True,
+    ),
+    # a port out of range: bind's traceback (up, mcp --http) or, in asyncio, served modulo 65536 (sidecar)
+    Row(
+        ["sidecar", "--port", "99999", "--no-socket"], "loopwarden sidecar: argument --port: '99999' is not a TCP port"
+    ),
+    Row(["up", "--broker-port", "70000"], "loopwarden up: argument --broker-port: '70000' is not a TCP port"),
+    Row(["dev", "--port", "99999"], "loopwarden dev: argument --port: '99999' is not a TCP port"),
+    Row(["mcp", "--http", "127.0.0.1:99999", "--", "true"], "--http 127.0.0.1:99999: give HOST:PORT (a port 0-65535)"),
     Row(["hook", "install", "claude-code", "--dir", "{tmp}/TYPO"], "--dir {tmp}/TYPO: no such folder"),
     Row(["hook", "install", "vscode"], "loopwarden hook install: argument host: invalid choice: 'vscode'"),
     Row(["mcp", "--config", "/missing.json5", "--", "true"], "loopwarden mcp: cannot read config /missing.json5"),
     Row(["mcp", "--config", "{bad}", "--", "true"], "Stray comma; give a readable JSON/JSON5 config with --config"),
+    Row(
+        ["mcp", "install", "claude-code", "--", "true"],
+        "loopwarden mcp install: the following arguments are required: --name",
+    ),
+    Row(
+        ["mcp", "install", "vscode", "--name", "x", "--", "true"],
+        "loopwarden mcp install: argument host: invalid choice",
+    ),
     Row(["replay", "/missing.jsonl"], "loopwarden replay: cannot read /missing.jsonl: No such file or directory"),
     Row(["replay", TRACE, "--config", "{bad}"], "loopwarden replay: {bad} line 3: not valid JSON/JSON5"),
     Row(["config", "check", "{bad}"], "loopwarden config check: {bad} line 3: not valid JSON/JSON5: Stray comma"),

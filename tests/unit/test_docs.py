@@ -403,3 +403,22 @@ def test_the_readmes_replay_suggestion_shows_what_it_says():
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=os.environ | {"COLUMNS": "200"})
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert len(out.stdout.splitlines()) == int(m.group(2)) >= 10
+
+
+def test_the_hooks_page_quick_start_installs_into_the_named_project_from_the_clone(tmp_path: Path) -> None:
+    """HOOKS.md's first block runs in the clone (its config path is the clone's): its `hook install` line
+    must reach loopwarden there (`.venv/bin`, no PATH) and write the project's settings, not the clone's."""
+    import os
+    import sys
+
+    block = next(b for b in BLOCKS if b.doc == "streams/hooks/HOOKS.md")
+    line = next(line for line in block.body.splitlines() if " hook install " in line).partition("#")[0]
+    clone, home = tmp_path / "clone", tmp_path / "home"
+    (home / "myapp").mkdir(parents=True)
+    clone.mkdir()
+    (clone / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the clone's venv: this one
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": os.environ.get("LANG", "C.UTF-8")}
+    out = subprocess.run(["bash", "-c", line], cwd=clone, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (home / "myapp" / ".claude" / "settings.json").is_file(), out.stderr
+    assert not (clone / ".claude").exists()

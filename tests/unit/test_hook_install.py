@@ -182,3 +182,28 @@ def test_uninstall_is_a_hook_command() -> None:
         text=True,
     )
     assert out.returncode == 2 and _one_line(out.stderr).startswith("loopwarden hook uninstall: --dir")
+
+
+def test_install_says_when_no_service_listens_where_the_hooks_will_ask(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hook finding no service allows every call and says so only on the host's hook stderr, which a
+    user rarely sees: ``install`` says it once, and says nothing once the service listens."""
+    import socket
+
+    path = str(tmp_path / "lw.sock")
+    url = f"unix:{path}"
+    assert install.main(["claude-code", "--dir", str(tmp_path), "--url", url]) == 0
+    err = capsys.readouterr().err
+    assert f"no decision service listens at {url} yet" in _one_line(err)
+    assert "until then the hooks allow every call" in err
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(path)
+        server.listen()
+        assert install.main(["claude-code", "--dir", str(tmp_path), "--url", url]) == 0
+        assert capsys.readouterr().err == ""
+    with socket.socket() as port:  # TCP: bound, not listening, so nothing answers there
+        port.bind(("127.0.0.1", 0))
+        tcp = f"http://127.0.0.1:{port.getsockname()[1]}"
+        assert install.main(["claude-code", "--dir", str(tmp_path), "--url", tcp]) == 0
+    assert f"at {tcp} yet: start it (loopwarden sidecar --config FILE, --port)" in capsys.readouterr().err
