@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from loopwarden.mcpgate.proxy import serve_http, serve_stdio
     from loopwarden.mcpgate.settings import GateSettings
     from loopwarden.runner.client import LoopClient
+    from loopwarden.runner.settings import broker_named
     from loopwarden.schemas.config_check import load_checked
 
     # stdout is the MCP wire: the proxy's own log goes to stderr only
@@ -93,13 +94,19 @@ def run(args: argparse.Namespace) -> int:
         options: dict = {"config": fleet} if fleet is not None else {}
         if args.bootstrap:
             options["bootstrap"] = args.bootstrap
-        async with LoopClient(**options) as client:
+        client = LoopClient(**options)
+        standalone = not broker_named(args.bootstrap)
+        if not standalone:  # a standalone client is never started: no producer, no consumers, no broker contact
+            await client.start()
+        try:
             gate = ToolGate(client, settings)
             stop_on_signals(gate, client)
             if listener is not None:
                 await serve_http(command, args.url, gate, listener, args.path)
             else:
                 await serve_stdio(command, args.url, gate)
+        finally:
+            await client.close()
 
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -103,3 +103,12 @@ class ClientSettings(SecuritySettings, kw_only=True):
     def from_env(cls, environ: dict | None = None, **overrides: Any) -> ClientSettings:
         """``overrides`` > ``LOOPWARDEN_RUNNER_<FIELD>`` env vars > defaults."""
         return settings_from_env(cls, ENV_PREFIX, environ, overrides)
+
+
+def broker_named(flag: str | None) -> bool:
+    """Whether a local service was told of a broker (its ``--bootstrap``, else
+    ``LOOPWARDEN_RUNNER_BOOTSTRAP``). The decision service and the MCP proxy contact none otherwise:
+    the client's default (``up``'s broker) may be another developer's stack on the machine."""
+    import os
+
+    return bool(flag or os.environ.get("LOOPWARDEN_RUNNER_BOOTSTRAP"))

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import errno
 import logging
-import os
 import signal
 import sys
 from typing import Any
@@ -73,12 +72,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def broker_given(args: argparse.Namespace) -> bool:
-    """Whether the service was told of a broker: a standalone one never contacts one (``up``'s default
-    broker may be another developer's)."""
-    return bool(args.bootstrap or os.environ.get("LOOPWARDEN_RUNNER_BOOTSTRAP"))
-
-
 def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The runner-client settings given as flags (the rest from LOOPWARDEN_RUNNER_* and defaults)."""
     names = ("bootstrap", "events_topic", "control_topic", "config_topic", "decisions", "config")
@@ -134,6 +127,7 @@ def _loop_factory() -> Any:
 async def serve(args: argparse.Namespace, host: str | None, token: bytes | None) -> int:
     from loopwarden.hooks.service import default_socket
     from loopwarden.runner import LoopClient
+    from loopwarden.runner.settings import broker_named
     from loopwarden.sidecar.app import make_app, start_listeners
     from loopwarden.sidecar.service import Limits, Service
 
@@ -145,7 +139,7 @@ async def serve(args: argparse.Namespace, host: str | None, token: bytes | None)
         max_body=args.max_body,
     )
     client = LoopClient(**client_overrides(args))
-    standalone = not broker_given(args)
+    standalone = not broker_named(args.bootstrap)
     if not client.local:
         log.warning("no --config: every check is a round trip to the worker (and allowed when it is away)")
     stop = asyncio.Event()

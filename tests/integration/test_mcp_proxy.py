@@ -10,6 +10,7 @@ The broker is absent here (events wait in the outbox); test_mcp_live.py has the 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -326,3 +327,24 @@ def test_over_http_an_undecided_result_is_the_servers_bytes_and_a_foreign_host_h
         assert http.post(url, json=big, headers=headers).status_code == 413  # over --max-frame-bytes
         foreign = http.post(url, json=call, headers={"host": "evil.example", "mcp-session-id": session})
         assert foreign.status_code in (400, 403, 421)
+
+
+def test_a_proxy_told_of_no_broker_contacts_none():
+    """As the decision service: without ``--bootstrap`` or ``LOOPWARDEN_RUNNER_BOOTSTRAP`` the proxy
+    decides locally and never tries a broker (``up``'s default one may be another developer's stack);
+    it used to try 127.0.0.1:19092 and log aiokafka errors at every start."""
+    init = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    frames = [json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}).encode()]
+    frames.append(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    for i in range(12):
+        call = {"name": "echo", "arguments": {"text": "same"}}
+        frames.append(json.dumps({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": call}).encode())
+    env = {k: v for k, v in os.environ.items() if k != "LOOPWARDEN_RUNNER_BOOTSTRAP"}
+    argv = [sys.executable, "-m", "loopwarden.cli", "mcp", "--config", str(CONFIG), "--", *OLD_SERVER]
+    done = subprocess.run(
+        argv, input=b"".join(f + b"\n" for f in frames), capture_output=True, cwd=REPO, timeout=120, env=env
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers) == 13 and "WARNING" in json.dumps(answers[11])  # the 11th call: decided locally all the same
+    log = done.stderr.decode()
+    assert "aiokafka" not in log and "19092" not in log and "Unable connect" not in log, log
