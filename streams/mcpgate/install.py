@@ -140,7 +140,10 @@ def install(host: str, args: argparse.Namespace) -> tuple[Path, str]:
 def add_proxy_options(p: argparse.ArgumentParser, config_help: str) -> None:
     """The proxy's own options, the ones ``mcp install`` writes into the host's entry as well."""
     p.add_argument("--config", help=config_help)
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers (else LOOPWARDEN_RUNNER_BOOTSTRAP; with neither, no broker is contacted)")
+    p.add_argument(
+        "--bootstrap",
+        help="Kafka bootstrap servers (else LOOPWARDEN_RUNNER_BOOTSTRAP; with neither, no broker is contacted)",
+    )
     p.add_argument("--url", help="the wrapped server's streamable-HTTP endpoint (instead of a command)")
     p.add_argument("--agent-id", help="the agent id of every run (default: the host's clientInfo.name)")
 
