@@ -139,7 +139,7 @@ MAX_SAVED = 64 << 20  # bytes of a saved tool output hashed at most (the rest is
 
 def digest_form(sha256_hex: str, chars: int) -> str:
     """The one written form of a digest that stands in for a text (HOOKS.md), as the JavaScript clients write
-    it too (``digest`` in streams/runner/integrations/typescript/index.js, which the OpenClaw plugin imports).
+    it too (``digest`` in streams/sidecar/clients/typescript/index.js, which the OpenClaw plugin imports).
 
     Not shared with the runner's ``digest_payload`` (streams/runner/wire.py): the hooks import nothing of
     loopwarden's beyond ``hooks/`` (standard library only, loaded by a bare ``python -S`` per hook call), and

@@ -26,7 +26,7 @@ from .support import WorkerProcess, collect, ready_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PLUGIN = Path(__file__).resolve().parents[2] / "streams" / "runner" / "integrations" / "openclaw-plugin"
+PLUGIN = Path(__file__).resolve().parents[2] / "streams" / "sidecar" / "clients" / "openclaw-plugin"
 FAILING = ("read", {"path": "missing.txt"})  # fails the same way each time: "File not found: <workspace>/missing.txt"
 OPENCLAW_WARNING = "[System note: Tool-loop warning after 10 repeated calls."
 # The fleet's config, read by the worker and the decision service alike: OpenClaw's rules, and

@@ -1,4 +1,4 @@
-"""The TypeScript package (streams/runner/integrations/typescript/) with the real frameworks from npm.
+"""The TypeScript package (streams/sidecar/clients/typescript/) with the real frameworks from npm.
 
 Each framework's cases are a ``node --test`` file in ``tests/typescript/``, driven by the framework's own
 scripted or mock model against one live ``loopwarden sidecar`` (OpenClaw's defaults with detection on:
@@ -26,7 +26,7 @@ from tests.hosts.install import node24, npm_package
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "streams" / "runner" / "integrations" / "typescript"
+PACKAGE = ROOT / "streams" / "sidecar" / "clients" / "typescript"
 CASES = ROOT / "tests" / "typescript"
 ZOD = "zod@4.6.7"
 TYPESCRIPT = ("typescript@5.9.3", "@types/node@20")

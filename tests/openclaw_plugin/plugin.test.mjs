@@ -18,7 +18,7 @@ import plugin, {
   errorBody,
   resultBody,
   settingsFrom,
-} from "../../streams/runner/integrations/openclaw-plugin/index.mjs";
+} from "../../streams/sidecar/clients/openclaw-plugin/index.mjs";
 
 const SLACK_MS = 10_000; // cases that expect an answer wait this long: a loaded machine must not turn them into timeouts
 let server;

@@ -31,8 +31,8 @@ MORE_DOCS = (
     "streams/sidecar/SIDECAR.md",
     "streams/hooks/HOOKS.md",
     "streams/mcpgate/MCP.md",
-    "streams/runner/integrations/openclaw-plugin/README.md",
-    "streams/runner/integrations/typescript/TYPESCRIPT.md",
+    "streams/sidecar/clients/openclaw-plugin/README.md",
+    "streams/sidecar/clients/typescript/TYPESCRIPT.md",
 )
 TEXT_SUFFIXES = (".py", ".md", ".sh", ".yml", ".yaml")
 HOST_SETTINGS = (".claude/", ".codex/", ".gemini/", ".cursor/")
@@ -225,7 +225,7 @@ LANGUAGES = RUNNABLE | {"text", "ts", "js"}  # ts, js: not run here (Node is no 
 # (document, language) -> that test, which must exist and name the document.
 ELSEWHERE = {
     ("streams/sidecar/SIDECAR.md", "js"): "tests/integration/test_typescript_clients.py",
-    ("streams/runner/integrations/typescript/TYPESCRIPT.md", "ts"): "tests/integration/test_typescript_clients.py",
+    ("streams/sidecar/clients/typescript/TYPESCRIPT.md", "ts"): "tests/integration/test_typescript_clients.py",
     ("streams/mcpgate/MCP.md", "sh"): "tests/unit/test_mcp_install.py",
 }
 TIMING = re.compile(r"\b\d+\.\d+ s\b")

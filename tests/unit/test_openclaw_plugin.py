@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGIN = ROOT / "streams" / "runner" / "integrations" / "openclaw-plugin"
+PLUGIN = ROOT / "streams" / "sidecar" / "clients" / "openclaw-plugin"
 CLIENT = PLUGIN.parent / "typescript"  # @loopwarden/client: the plugin loads its modules from the checkout
 
 
