@@ -5,7 +5,7 @@ Regenerate the checked-in JSON after any change here::
     python deploy/grafana/dashboard.py --out deploy/grafana/loopwarden.json
 
 (``python deploy/grafana/dashboard.py > deploy/grafana/loopwarden.json`` does
-the same.) ``tests/ops/test_dashboard.py`` fails when the checked-in file
+the same.) ``tests/deploy/test_dashboard.py`` fails when the checked-in file
 differs from what this module produces.
 
 Every panel query is a Prometheus expression over the worker's metrics

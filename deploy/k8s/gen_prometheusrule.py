@@ -3,7 +3,7 @@
     python deploy/k8s/gen_prometheusrule.py          # rewrite the file
     python deploy/k8s/gen_prometheusrule.py --check  # exit 1 when it is stale
 
-tests/ops/test_manifests.py fails when the checked-in file differs from this output.
+tests/deploy/test_manifests.py fails when the checked-in file differs from this output.
 """
 
 from __future__ import annotations

@@ -7,6 +7,6 @@
   (imports no Faust, so runner-only installs can use it).
 
 Each private name used is listed in its module's docstring and checked by
-``tests/unit/test_internals_contract.py``, which fails loudly on an upgrade
+``tests/internals/test_internals_contract.py``, which fails loudly on an upgrade
 that renames or removes one.
 """

@@ -1,6 +1,6 @@
 """aiokafka internals the runner's verdict listener needs (fenced here; no Faust import).
 
-Private names used (aiokafka < 0.15; checked by tests/unit/test_internals_contract.py):
+Private names used (aiokafka < 0.15; checked by tests/internals/test_internals_contract.py):
 ``AIOKafkaConsumer._client`` (``fetch_all_metadata``, ``close``) and
 ``Fetcher._pending_tasks`` (via ``AIOKafkaConsumer._fetcher``), and
 ``BatchBuilder._buffer`` / ``_relative_offset`` (dev tools: a batch sent byte for byte).

@@ -21,7 +21,7 @@ decoders take no bound, so theirs are checked after decompressing.
 
 Process-wide and idempotent; every reader calls :func:`install` before it starts its consumer.
 
-Private aiokafka names used (aiokafka < 0.15; checked by tests/unit/test_internals_contract.py):
+Private aiokafka names used (aiokafka < 0.15; checked by tests/internals/test_internals_contract.py):
 ``aiokafka.consumer.fetcher.MemoryRecords`` (the name the fetcher builds record sets with), the
 codec names the batch readers call (``gzip_decode``, ``snappy_decode``, ``lz4_decode``,
 ``zstd_decode`` in ``aiokafka.record.default_records``, ``legacy_records`` and their C twins),

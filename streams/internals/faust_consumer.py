@@ -2,7 +2,7 @@
 ``faust.transports`` entry points): our fetch wait, end offsets Tansu gets right, batch hand-over.
 
 Private Faust/aiokafka names used here (faust-streaming < 0.16, aiokafka < 0.15; checked by
-tests/unit/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
+tests/internals/test_internals_contract.py): ``AIOKafkaConsumer._fetch_max_wait_ms``,
 ``AIOKafkaConsumerThread._create_worker_consumer`` / ``_highwaters``, ``Consumer._drain_messages`` /
 ``_wait_next_records`` / ``_buffered_partitions`` / ``_to_message`` / ``_read_offset`` / ``_unacked_messages`` /
 ``_add_gap`` / ``_commit_every`` / ``_n_acked`` / ``_stopped`` / ``_acked`` / ``_acked_index`` /

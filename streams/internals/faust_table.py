@@ -6,7 +6,7 @@ partitions, so the run table names the partition itself: straight to the
 partition's RocksDB file when the store is RocksDB, else the public Table
 API under a stand-in current event. Private names used: ``faust.streams._current_event``,
 ``Store._db_for_partition``, ``Store._dbs``, ``Store._visible_items``
-(faust-streaming < 0.16; checked by tests/unit/test_internals_contract.py).
+(faust-streaming < 0.16; checked by tests/internals/test_internals_contract.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Faust worker class whose logging set-up is the caller's (the app's ``Worker`` setting).
 
-Private name used: ``mode.Worker._setup_logging`` (checked by tests/unit/test_internals_contract.py).
+Private name used: ``mode.Worker._setup_logging`` (checked by tests/internals/test_internals_contract.py).
 mode's own set-up adds a second handler in its own format and leaves the root
 logger at DEBUG, filtering in its handlers (so every client debug call would
 build a log record); a subclass of this one names the function that sets up

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loopwarden.bench.broker import measure
+
+pytestmark = pytest.mark.integration
 
 
 def test_idle_consumers_cost_the_broker_cpu_and_every_record_is_timed():

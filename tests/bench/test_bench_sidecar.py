@@ -40,7 +40,7 @@ def test_the_lean_client_drives_real_runs_through_the_service(tmp_path):
     from loopwarden.runner import LoopClient
     from loopwarden.sidecar.app import make_app, start_listeners
     from loopwarden.sidecar.service import Service
-    from tests.unit.test_runner_local import CONFIG, Captured
+    from tests.runner.test_runner_local import CONFIG, Captured
 
     loop = asyncio.new_event_loop()
     ready = threading.Event()

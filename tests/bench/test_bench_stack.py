@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from loopwarden.bench.latency import _stack_parts
+
+pytestmark = pytest.mark.integration
 
 
 def test_gate_stack_topics_follow_the_worker_flags():

@@ -96,7 +96,7 @@ ACK_TIMEOUT = 2.0
 
 
 def _integration_support() -> ModuleType:
-    """tests/integration/support.py (WorkerProcess, Names), imported as pytest imports it:
+    """tests/support/live.py (WorkerProcess, Names), imported as pytest imports it:
     package ``integration`` with ``tests/`` on sys.path, so it is one module per session."""
     tests_dir = str(REPO / "tests")
     if tests_dir not in sys.path:

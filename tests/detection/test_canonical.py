@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from loopwarden.detection.canonical import UNDEFINED, canonical, canonical_slow, digest, js_number, js_string
 from loopwarden.detection.hashing import args_hash
 from loopwarden.schemas.events import decode_event
-from tests.unit.helpers import js_loads, sha
+from tests.support.helpers import js_loads, sha
 
 LONG_EXAMPLE_JSON = (
     '{"type":"tool_call","agent_id":"a","tool_name":"read","params":'

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.helpers import (
+from tests.support.helpers import (
     LOW,
     ON,
     Run,

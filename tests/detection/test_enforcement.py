@@ -15,7 +15,7 @@ from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runcodec import encode_value
 from loopwarden.worker.settings import Settings
-from tests.unit.helpers import MemRunTable
+from tests.support.helpers import MemRunTable
 
 LD = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}
 ENABLED = FleetConfig.from_document({"tools": {"loopDetection": LD}})

@@ -9,7 +9,7 @@ from loopwarden.detection import step
 from loopwarden.detection.buckets import dedup_key, should_emit
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
-from tests.unit.helpers import (
+from tests.support.helpers import (
     LOW,
     ON,
     Run,

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from loopwarden.detection.hashing import args_hash, error_text, outcome_hash, strip_volatile, unknown_tool_name
-from tests.unit.helpers import MISSING, Run, js_loads, sha
+from tests.support.helpers import MISSING, Run, js_loads, sha
 
 # ---------------------------------------------------------------- two ways to get a resultHash
 

@@ -25,7 +25,7 @@ from loopwarden.detection.latest_hashing import (
 from loopwarden.detection.state import RunState
 from loopwarden.schemas.events import decode_event
 from loopwarden.schemas.extensions import Extensions
-from tests.unit.helpers import (
+from tests.support.helpers import (
     LOW,
     MISSING,
     Run,

@@ -20,7 +20,7 @@ from loopwarden.schemas.events import decode_event, state_key
 from loopwarden.schemas.extensions import DEFAULT_EXTENSIONS, Extensions, resolve_extensions
 from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 PROFILE = {"profile": "openclaw-latest", "writeChurn": True}  # every path, upstream's write churn included
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")

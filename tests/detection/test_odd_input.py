@@ -13,7 +13,7 @@ from loopwarden.detection import state as state_module
 from loopwarden.replay import BadLine, replay_lines
 from loopwarden.schemas.config import KNOB_CAPS, FleetConfig, _positive_int, load_config, parse_config_text
 from loopwarden.schemas.events import decode_event
-from tests.unit.helpers import LOW, Run, msg_unknown, sha, sig
+from tests.support.helpers import LOW, Run, msg_unknown, sha, sig
 
 HUGE_INT = "1" + "0" * 320  # beyond the double range: Infinity in JavaScript
 EMPTY = sha("{}")

@@ -22,7 +22,7 @@ from loopwarden.schemas.config import FleetConfig, parse_config_text
 from loopwarden.schemas.events import decode_event
 from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.runcodec import decode_value, encode_value
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 TOPIC = "ev"

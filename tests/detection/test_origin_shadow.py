@@ -16,7 +16,7 @@ from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import RunEnd, decode_event
 from loopwarden.schemas.extensions import observed
 from loopwarden.worker.batch import Limits, apply_batch
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}}}

@@ -22,7 +22,7 @@ from loopwarden.detection.state import (
 )
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event
-from tests.unit.helpers import event
+from tests.support.helpers import event
 
 CONFIG = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}}).resolve("a")
 

@@ -17,7 +17,7 @@ from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event, state_key
 from loopwarden.worker.batch import Limits, apply_batch
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 CONFIG = FleetConfig.from_document({"tools": {"loopDetection": {"enabled": True}}})  # warn 10, block 20

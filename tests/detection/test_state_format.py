@@ -39,7 +39,7 @@ from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from loopwarden.worker.settings import Settings
-from tests.unit.helpers import MemRunTable, Rec
+from tests.support.helpers import MemRunTable, Rec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "state"
 

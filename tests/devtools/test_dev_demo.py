@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from .support import REPO
+from tests.support.live import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_dev_demo_runs_and_stops_cleanly_with_plain_progress_when_piped(tmp_path):

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from loopwarden.devtools.broker import free_port
+from tests.support.live import REPO
 
-from .support import REPO
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = REPO / "deploy" / "config" / "loopwarden.json5"  # the README's: OpenClaw's thresholds, enabled
 

@@ -8,8 +8,8 @@ Start a local stack in one terminal, then run this in another::
 The "model" asks for the same ``web_fetch`` again and again because the page
 never changes; with that config loopwarden warns at the 11th identical call
 and blocks the 21st. The part between the README markers is the README's
-code block, word for word (tests/unit/test_docs.py checks it); the suite runs
-this file against ``loopwarden up`` (tests/integration/test_up.py).
+code block, word for word (tests/project/test_docs.py checks it); the suite runs
+this file against ``loopwarden up`` (tests/devtools/test_up.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Capture the labelled corpus of real tool failures the failure fingerprint is measured on.
 
-``python -m tests.unit.fingerprint_corpus`` runs real tools (cat, bash, python, node, curl
+``python -m tests.fleet.fingerprint_corpus`` runs real tools (cat, bash, python, node, curl
 against local servers, pytest, pip, npm, git) failing on purpose, each failure in
 :data:`ROUNDS` different "machines": its own workspace folder at another depth and name,
 its own HOME and TMPDIR, at another time (a pause between rounds), as another process.
 Every output is written, as the tool printed it (stdout then stderr, the exit code
 apart), to ``tests/data/fingerprints.jsonl``, labelled with its failure: two outputs are
 "the same failure" when their labels are equal, "different" otherwise.
-``tests/unit/test_fingerprint.py`` computes the fingerprint's precision and recall on it.
+``tests/fleet/test_fingerprint.py`` computes the fingerprint's precision and recall on it.
 
 Some failures are near neighbours on purpose (the same missing file and another one, a
 404 and a 500, refusals on two fixed ports, two ``KeyError``s): they must not merge.

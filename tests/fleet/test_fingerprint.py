@@ -1,6 +1,6 @@
 """The failure fingerprint (loopwarden.fleet.fingerprint): its rules, its bounds, and its precision
 and recall on a labelled corpus of real tool failures (tests/data/fingerprints.jsonl, captured by
-``python -m tests.unit.fingerprint_corpus``)."""
+``python -m tests.fleet.fingerprint_corpus``)."""
 
 from __future__ import annotations
 

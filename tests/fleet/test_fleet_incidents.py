@@ -19,10 +19,9 @@ from loopwarden.fleet.joins import run_signals
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event
+from tests.support.live import assert_matches, collect, decode_verdicts, produce_events
 
-from .support import assert_matches, collect, decode_verdicts, produce_events
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 4
 # As many fleet partitions as event partitions, so Faust assigns partition p of both to one worker

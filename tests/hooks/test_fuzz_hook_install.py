@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loopwarden.hooks import install
-from tests.unit.fuzzing import cases, damage, knobs
+from tests.hooks.fuzzing import cases, damage, knobs
 
 SECONDS, SEED = knobs(2, 43)
 NUMBERS = ["1e400", "1.0e3", "-0", "0.1", "2E+2", "123456789012345678901234567890", "-1.5e-7", "7"]

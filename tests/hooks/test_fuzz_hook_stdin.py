@@ -30,7 +30,7 @@ from loopwarden.hooks import install
 from loopwarden.hooks.command import MAX_INPUT, run_hook
 from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
-from tests.unit.fuzzing import cases, damage, knobs
+from tests.hooks.fuzzing import cases, damage, knobs
 
 SECONDS, SEED = knobs(3, 44)
 LOW = Path(__file__).resolve().parents[2] / "tests" / "data" / "low.config.json5"

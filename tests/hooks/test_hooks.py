@@ -1,8 +1,8 @@
 """``loopwarden hook HOST`` against the service's HTTP contract: what it asks, what it answers each host.
 
 The service here is a recording HTTP server that answers ``/v1/check`` with a scripted
-action (the real service is in tests/hosts/test_*.py with the real CLIs). Cursor cannot be
-installed here: its cases are its documented contract.
+action (the real service is in tests/hooks/test_claude_code.py, test_codex.py and test_gemini.py, with
+the real CLIs). Cursor cannot be installed here: its cases are its documented contract.
 """
 
 from __future__ import annotations

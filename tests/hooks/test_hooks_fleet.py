@@ -16,8 +16,7 @@ import pytest
 from tests.hosts import scenarios
 from tests.hosts.fake_models import FakeModelServer, repeat
 from tests.hosts.harness import ClaudeCode
-
-from .support import collect, fleet_args, ready_worker
+from tests.support.live import collect, fleet_args, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

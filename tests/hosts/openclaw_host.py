@@ -10,7 +10,7 @@ points the ``main`` agent at it; :func:`run_turn` runs one turn with a
 throwaway HOME and a timeout and returns the parsed ``--json`` output with
 the requests the model saw.
 
-Used by the release tests (``tests/integration/test_openclaw_release.py``) and
+Used by the release tests (``tests/detection/test_openclaw_release.py``) and
 by anything else that needs a real OpenClaw turn.
 """
 

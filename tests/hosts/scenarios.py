@@ -1,6 +1,6 @@
 """What every coding-agent host must show with ``loopwarden hook`` installed, host by host.
 
-Each host module (tests/hosts/test_<host>.py) makes its harness, a scripted model and a
+Each host module (tests/hooks/test_<host>.py) makes its harness, a scripted model and a
 running decision service, and calls these. The shell command each scripted call runs
 appends a line to ``ran.txt`` in the project, so a test counts the calls that really ran;
 what the model read is taken from the last request the model server received.
@@ -143,7 +143,7 @@ def service_down_the_agent_runs_unharmed(host: Host, model: FakeModelServer, cal
 
 class HostTests:
     """The tests of one host: ``class TestHost(HostTests): host_class = ...`` in the host's module
-    (the module-scoped ``model`` and ``service`` fixtures are in tests/hosts/conftest.py)."""
+    (the module-scoped ``model`` and ``service`` fixtures are in tests/hooks/conftest.py)."""
 
     host_class: type[Host]
 

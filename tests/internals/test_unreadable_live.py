@@ -19,9 +19,8 @@ import pytest
 from loopwarden.devtools.rawrecords import encode_batch, send_batch
 from loopwarden.kafka.admin import ensure_topics
 from loopwarden.worker.settings import from_sources
-
-from .support import collect, decode_verdicts, produce, wait_committed
-from .test_bad_input import LOOP
+from tests.support.live import collect, decode_verdicts, produce, wait_committed
+from tests.worker.test_bad_input import LOOP
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -169,7 +168,7 @@ def test_runner_listener_and_config_feed_read_past_unreadable_and_deep_records(t
 
 def test_spans_reads_past_an_unreadable_record(tansu, names):
     from loopwarden.otel.ingest import SpanIngest, SpanSettings
-    from tests.unit.otel_helpers import encoded, fixture
+    from tests.otel.otel_helpers import encoded, fixture
 
     spans_topic = f"spans-{names.app_id}"
     settings = SpanSettings(

@@ -1,6 +1,6 @@
 """A record aiokafka cannot parse becomes a mark in its place, not an exception (parse guard, unit).
 
-The live half (every reader on Tansu) is tests/integration/test_unreadable_live.py.
+The live half (every reader on Tansu) is tests/internals/test_unreadable_live.py.
 """
 
 from __future__ import annotations

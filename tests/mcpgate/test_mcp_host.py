@@ -18,8 +18,7 @@ import pytest
 from loopwarden.mcpgate.install import main as install_main
 from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, gemini_tool_results, repeat
 from tests.hosts.harness import ClaudeCode, GeminiCli, claude_binary
-
-from .test_mcp_proxy import CONFIG, NO_BROKER, TOOL_SERVER
+from tests.mcpgate.test_mcp_proxy import CONFIG, NO_BROKER, TOOL_SERVER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

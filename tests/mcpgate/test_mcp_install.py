@@ -23,7 +23,7 @@ from loopwarden.mcpgate.install import HEADLESS_NOTE, main
 REPO = Path(__file__).resolve().parents[2]
 CLONE_CONFIG = REPO / "deploy" / "config" / "loopwarden.json5"
 MCP_MD = REPO / "streams" / "mcpgate" / "MCP.md"
-TOOL_SERVER = [sys.executable, str(REPO / "tests" / "integration" / "drivers" / "mcp_tool_server.py")]
+TOOL_SERVER = [sys.executable, str(REPO / "tests" / "support" / "drivers" / "mcp_tool_server.py")]
 
 
 def proxied(entry_args: list[str]) -> tuple[list[str], list[str]]:

@@ -18,8 +18,8 @@ import sys
 import pyjson5
 import pytest
 
-from .support import collect, ready_worker
-from .test_mcp_proxy import CONFIG, TOOL_SERVER, client, proxy, texts
+from tests.mcpgate.test_mcp_proxy import CONFIG, TOOL_SERVER, client, proxy, texts
+from tests.support.live import collect, ready_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "deploy" / "config" / "loopwarden.json5"
-DRIVERS = Path(__file__).resolve().parent / "drivers"
+DRIVERS = Path(__file__).resolve().parents[1] / "support" / "drivers"
 TOOL_SERVER = [sys.executable, str(DRIVERS / "mcp_tool_server.py")]
 OLD_SERVER = [sys.executable, str(DRIVERS / "mcp_old_server.py")]
 NO_BROKER = "127.0.0.1:1"

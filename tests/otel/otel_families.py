@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from tests.unit.otel_helpers import Recorder, export_request
+from tests.otel.otel_helpers import Recorder, export_request
 
 
 class Step(msgspec.Struct, frozen=True):
@@ -158,7 +158,7 @@ def encoded_in_subprocess(capture: str, agents: list[str]) -> dict[str, bytes]:
     """A capture run in a fresh interpreter (``capture``: a function of this module), each agent's spans
     as ``otlp_proto`` bytes."""
     root = Path(__file__).resolve().parents[2]
-    code = "import sys; from tests.unit.otel_families import _print; _print(sys.argv[1], sys.argv[2:])"
+    code = "import sys; from tests.otel.otel_families import _print; _print(sys.argv[1], sys.argv[2:])"
     out = subprocess.run(
         [sys.executable, "-c", code, capture, *agents], cwd=root, capture_output=True, check=True, timeout=300
     )

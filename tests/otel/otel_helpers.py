@@ -116,7 +116,7 @@ def looping_agent(recorder: Recorder, calls: int, args: dict, result: str = "sta
     return agent
 
 
-# -- the recorded fixtures of tests/data/otel/ (regenerate: python -m tests.unit.otel_helpers) ---------
+# -- the recorded fixtures of tests/data/otel/ (regenerate: python -m tests.otel.otel_helpers) ---------
 
 
 def _write(name: str, spans: list) -> None:

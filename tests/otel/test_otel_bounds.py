@@ -48,7 +48,7 @@ def test_json_of_too_many_objects_is_refused_before_decoding():
 
 
 def test_a_real_request_is_counted_and_decoded():
-    from tests.unit.otel_helpers import encoded, fixture
+    from tests.otel.otel_helpers import encoded, fixture
 
     raw = encoded(fixture("pydantic_ai.otlp.json"), "otlp_proto")
     assert decode_spans(raw, "otlp_proto", 9_000_000, 20_000)

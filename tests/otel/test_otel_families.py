@@ -2,7 +2,7 @@
 
 Five scripted agents (stuck, ping-pong, ping-pong between a two-argument and a
 one-argument tool, a poll that makes progress, a healthy one;
-``tests/unit/otel_families.py``) run under each family's real
+``tests/otel/otel_families.py``) run under each family's real
 instrumentation package. Their spans, encoded as the Collector's Kafka exporter
 writes them, go through ``loopwarden spans``' mapping; the events it makes and
 the agents' native events (with the same origin, so both are decided in shadow) both go through
@@ -23,8 +23,8 @@ from loopwarden.otel.ingest import SpanCounts, SpanSettings, translate  # noqa: 
 from loopwarden.replay import replay_lines  # noqa: E402
 from loopwarden.schemas.config import FleetConfig  # noqa: E402
 from loopwarden.schemas.events import decode_event, encode_event  # noqa: E402
-from tests.unit import otel_families as fam  # noqa: E402
-from tests.unit.helpers import Rec  # noqa: E402
+from tests.otel import otel_families as fam  # noqa: E402
+from tests.support.helpers import Rec  # noqa: E402
 
 pytestmark = pytest.mark.slow  # about 30 s: it imports and runs five frameworks
 
@@ -149,7 +149,7 @@ def test_two_invocations_in_one_trace():
     """Two agent runs under one request trace (OpenInference, LangChain): the trace is the run, so their
     calls pool into one run; the run ends at the trace's root span only. Said in OTEL.md."""
     pytest.importorskip("openinference.instrumentation.langchain")
-    from tests.unit.otel_helpers import Recorder
+    from tests.otel.otel_helpers import Recorder
 
     two = {"first": fam.AGENTS["healthy"], "second": fam.AGENTS["healthy"]}
     rec = Recorder("langchain-fleet")

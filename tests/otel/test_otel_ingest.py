@@ -8,7 +8,7 @@ from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
 from loopwarden.otel.ingest import Out, SpanIngest, SpanSettings, translate
 from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 
 class FlakyProducer:
@@ -67,7 +67,7 @@ def test_a_mapping_bug_dead_letters_the_record_instead_of_stopping(monkeypatch):
 
     from loopwarden.otel import ingest
     from loopwarden.schemas.verdicts import DeadLetter
-    from tests.unit.otel_helpers import encoded, fixture
+    from tests.otel.otel_helpers import encoded, fixture
 
     def broken(spans, max_payload_bytes):
         raise KeyError("a bug")

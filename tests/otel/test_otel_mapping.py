@@ -21,8 +21,8 @@ from loopwarden.otel.mapping import SPAN_DEAD_LETTER_REASONS, as_payload, map_sp
 from loopwarden.otel.spans import SpanDecodeError, decode_spans  # noqa: E402
 from loopwarden.schemas.events import decode_event, encode_event, run_key  # noqa: E402
 from loopwarden.schemas.verdicts import DeadLetter  # noqa: E402
-from tests.unit.helpers import Rec  # noqa: E402
-from tests.unit.otel_helpers import encoded, fixture  # noqa: E402
+from tests.otel.otel_helpers import encoded, fixture  # noqa: E402
+from tests.support.helpers import Rec  # noqa: E402
 
 ENCODINGS = ("otlp_json", "otlp_proto")
 LIMIT = 1 << 23

@@ -37,10 +37,9 @@ from pydantic_ai.messages import ToolCallPart, ToolReturnPart  # noqa: E402
 from loopwarden.otel.ingest import SpanSettings, translate  # noqa: E402
 from loopwarden.replay import replay_lines  # noqa: E402
 from loopwarden.schemas.config import FleetConfig  # noqa: E402
-from tests.unit.helpers import Rec  # noqa: E402
-from tests.unit.otel_helpers import Recorder, export_request, looping_agent  # noqa: E402
-
-from .support import REPO, collect, decode_verdicts, produce, ready_worker  # noqa: E402
+from tests.otel.otel_helpers import Recorder, export_request, looping_agent  # noqa: E402
+from tests.support.helpers import Rec  # noqa: E402
+from tests.support.live import REPO, collect, decode_verdicts, produce, ready_worker  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -211,7 +210,7 @@ def test_a_looping_agent_seen_only_through_its_spans(tansu, worker, tmp_path):
 
 def test_otlp_json_records_give_the_same_verdicts(tansu, worker, tmp_path):
     """The exporter's other encoding, end to end: the shadow verdicts of one run equal replay's."""
-    from tests.unit.otel_helpers import to_otlp_json
+    from tests.otel.otel_helpers import to_otlp_json
 
     names = worker.names
     spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"
@@ -328,7 +327,7 @@ def test_real_langchain_spans_through_a_worker(tansu, worker, tmp_path):
     agent's real spans, through ``loopwarden spans`` and the worker, give the native events' verdicts; its run
     ends (the run end and the tool events name one run)."""
     pytest.importorskip("opentelemetry.instrumentation.langchain")
-    from tests.unit import otel_families as fam
+    from tests.otel import otel_families as fam
 
     names = worker.names
     spans_topic = f"otlp_spans-{uuid.uuid4().hex[:8]}"

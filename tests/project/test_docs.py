@@ -43,7 +43,7 @@ FOREIGN = re.compile(r"DESIGN\.md|BROKER-NOTES|loop-detection\.md|(?<![\w/.-])wi
 
 # Conformance tests are frozen (they must stay byte for byte as they are); a
 # comment there still names the old wire document. Listed, not pattern-matched.
-FROZEN = {"tests/unit/test_engine.py"}
+FROZEN = {"tests/detection/test_engine.py"}
 
 # `path/with/a/slash.ext` inside backticks.
 BACKTICK_PATH = re.compile(r"`([A-Za-z0-9_.\-/]+/[A-Za-z0-9_.\-]+\.(?:py|md|json|yml|yaml|sh|toml))`")
@@ -71,7 +71,7 @@ def test_no_tracked_file_points_outside_the_repository():
     files = tracked_files()
     found = []
     for name in files:
-        if name in FROZEN or name == "tests/unit/test_docs.py":
+        if name in FROZEN or name == "tests/project/test_docs.py":
             continue
         path = ROOT / name
         if not path.is_file():
@@ -153,7 +153,7 @@ def test_readme_keeps_the_two_commands():
 
 def test_readme_runner_example_is_the_example_file_word_for_word():
     """The README's runner code block is tests/examples/runner_example.py between its README markers,
-    which the suite runs against `loopwarden up` (tests/integration/test_up.py)."""
+    which the suite runs against `loopwarden up` (tests/devtools/test_up.py)."""
     source = (ROOT / "tests" / "examples" / "runner_example.py").read_text(encoding="utf-8")
     part = source.split("# README: begin\n", 1)[1].split("\n\n# README: end", 1)[0].strip("\n")
     blocks = re.findall(r"```python[^\n]*\n(.*?)```", _readme(), re.S)
@@ -224,9 +224,9 @@ LANGUAGES = RUNNABLE | {"text", "ts", "js"}  # ts, js: not run here (Node is no 
 # Blocks another test runs as printed, finding them by their bare fence (so they carry no marker):
 # (document, language) -> that test, which must exist and name the document.
 ELSEWHERE = {
-    ("streams/sidecar/SIDECAR.md", "js"): "tests/integration/test_typescript_clients.py",
-    ("streams/sidecar/clients/typescript/TYPESCRIPT.md", "ts"): "tests/integration/test_typescript_clients.py",
-    ("streams/mcpgate/MCP.md", "sh"): "tests/unit/test_mcp_install.py",
+    ("streams/sidecar/SIDECAR.md", "js"): "tests/sidecar/test_typescript_clients.py",
+    ("streams/sidecar/clients/typescript/TYPESCRIPT.md", "ts"): "tests/sidecar/test_typescript_clients.py",
+    ("streams/mcpgate/MCP.md", "sh"): "tests/mcpgate/test_mcp_install.py",
 }
 TIMING = re.compile(r"\b\d+\.\d+ s\b")
 

@@ -15,8 +15,7 @@ import pytest
 
 from loopwarden.devtools.broker import free_port
 from loopwarden.runner import LoopClient
-
-from .support import WorkerProcess, ready_worker
+from tests.support.live import WorkerProcess, ready_worker
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 REPEATS = 25
@@ -150,7 +149,7 @@ def acks(stats) -> int:
 
 # ---- the openclaw-latest profile: the OpenClaw release's bounded recovery with parallel tool calls ----
 # Each model message calls lookup(q="job 42") twice and a fresh lookup; the same calls in a live OpenClaw
-# turn (tests/integration/test_openclaw_release_live.py) warn on turn 6, refuse turn 11's whole batch and
+# turn (tests/detection/test_openclaw_release_live.py) warn on turn 6, refuse turn 11's whole batch and
 # stop the run on turn 12.
 PROFILE_CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwarden": {"profile": "openclaw-latest"}}
 PARALLEL_TURNS = 14  # the script's length: more than the run gets

@@ -1,4 +1,4 @@
-"""Runs an adapter driver (tests/integration/drivers/) on a framework's own venv and reads its outcome."""
+"""Runs an adapter driver (tests/support/drivers/) on a framework's own venv and reads its outcome."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-DRIVERS = Path(__file__).resolve().parent / "drivers"
+DRIVERS = Path(__file__).resolve().parents[1] / "support" / "drivers"
 
 
 def run_driver(python: Path, driver: str, client: dict, runs: list, *, compaction: bool = False) -> dict:

@@ -22,8 +22,7 @@ from claude_agent_sdk import (  # noqa: E402
 
 from loopwarden.runner.integrations.claude_agent_sdk import LoopwardenHooks  # noqa: E402
 from tests.hosts.fake_models import FakeModelServer, anthropic_tool_results, repeat  # noqa: E402
-
-from .adapter_cases import (  # noqa: E402
+from tests.runner.adapter_cases import (  # noqa: E402
     BLOCK_TEXT,
     GUARD_WINDOW,
     PINGPONG_CALLS,

@@ -2,7 +2,7 @@
 on Tansu.
 
 CrewAI conflicts with the dev extra (its pydantic, openai, OpenTelemetry and MCP pins), so the crew runs in a
-driver process (tests/integration/drivers/crewai_agent.py) on a venv of its own (tests/frameworks.py).
+driver process (tests/support/drivers/crewai_agent.py) on a venv of its own (tests/frameworks.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.frameworks import framework_python
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PINGPONG_CALLS,
@@ -25,7 +24,7 @@ from .adapter_cases import (
     repeat_turns,
     worker_fixture,
 )
-from .framework_runs import run_driver
+from tests.runner.framework_runs import run_driver
 
 pytestmark = pytest.mark.integration
 worker = worker_fixture("crewai")

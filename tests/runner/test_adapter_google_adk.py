@@ -20,8 +20,7 @@ from google.genai import types  # noqa: E402
 
 from loopwarden.runner.integrations.google_adk import LoopwardenPlugin  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PARALLEL_TURNS,

@@ -18,8 +18,7 @@ from langgraph.prebuilt import ToolNode  # noqa: E402
 
 from loopwarden.runner.integrations.langchain import LoopwardenMiddleware  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PARALLEL_TURNS,

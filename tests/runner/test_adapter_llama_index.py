@@ -18,8 +18,7 @@ from workflows.errors import WorkflowCancelledByUser  # noqa: E402
 
 from loopwarden.runner.integrations.llama_index import LoopwardenTools  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
-
-from .adapter_cases import (  # noqa: E402
+from tests.runner.adapter_cases import (  # noqa: E402
     BLOCK_TEXT,
     GUARD_WINDOW,
     PINGPONG_CALLS,

@@ -21,8 +21,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call  # no
 
 from loopwarden.runner.integrations.openai_agents import guard_agent  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PARALLEL_TURNS,

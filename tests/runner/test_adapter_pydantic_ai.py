@@ -17,8 +17,7 @@ from pydantic_ai.models.function import FunctionModel  # noqa: E402
 
 from loopwarden.runner.integrations.pydantic_ai import LoopwardenCapability  # noqa: E402
 from loopwarden.runner.wire import RunRef  # noqa: E402
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PARALLEL_TURNS,

@@ -1,7 +1,7 @@
 """Strands Agents + LoopwardenHooks, a scripted Strands model, real worker on Tansu.
 
 Strands conflicts with the dev extra (OpenTelemetry and MCP pins), so the agent runs in a driver
-process (tests/integration/drivers/strands_agent.py) on a venv of its own (tests/frameworks.py).
+process (tests/support/drivers/strands_agent.py) on a venv of its own (tests/frameworks.py).
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.frameworks import framework_python
-
-from .adapter_cases import (
+from tests.runner.adapter_cases import (
     BLOCK_TEXT,
     GUARD_WINDOW,
     PARALLEL_TURNS,
@@ -29,7 +28,7 @@ from .adapter_cases import (
     repeat_turns,
     worker_fixture,
 )
-from .framework_runs import run_driver
+from tests.runner.framework_runs import run_driver
 
 pytestmark = pytest.mark.integration
 worker = worker_fixture("strands")

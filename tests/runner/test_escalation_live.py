@@ -19,9 +19,8 @@ import pytest
 
 from loopwarden.runner import LoopClient
 from loopwarden.schemas.config import load_config
-
-from .adapter_cases import rid
-from .support import assert_matches, collect, decode_verdicts, expected_verdicts
+from tests.runner.adapter_cases import rid
+from tests.support.live import assert_matches, collect, decode_verdicts, expected_verdicts
 
 pytestmark = pytest.mark.integration
 

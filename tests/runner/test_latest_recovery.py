@@ -1,6 +1,6 @@
 """RULES.md L9: the OpenClaw release's batch admission and bounded recovery, in a runner deciding locally.
 
-(Checked against the release itself in tests/integration/test_openclaw_release*.py; these pin each rule.)
+(Checked against the release itself in tests/detection/test_openclaw_release*.py; these pin each rule.)
 """
 
 from __future__ import annotations

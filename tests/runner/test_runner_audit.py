@@ -15,8 +15,7 @@ import uuid
 import pytest
 
 from loopwarden.runner import LoopClient
-
-from .support import collect, ready_worker
+from tests.support.live import collect, ready_worker
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,7 @@ import pytest
 from loopwarden.devtools.broker import EmbeddedBroker, free_port
 from loopwarden.kafka.signing import Signer, generate, private_key, public_keys, raw_public
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
-
-from .support import Names, WorkerProcess, ensure_topics_of, quick_client, ready_worker, until
+from tests.support.live import Names, WorkerProcess, ensure_topics_of, quick_client, ready_worker, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

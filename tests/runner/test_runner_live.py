@@ -20,8 +20,7 @@ from aiokafka import AIOKafkaProducer
 from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.runner import LoopClient, blocked_tool_result, is_blocked_result
 from loopwarden.schemas.verdicts import Verdict
-
-from .support import Names, WorkerProcess, ready_worker
+from tests.support.live import Names, WorkerProcess, ready_worker
 
 pytestmark = pytest.mark.integration
 

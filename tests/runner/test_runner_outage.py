@@ -18,8 +18,7 @@ import pytest
 
 from loopwarden.devtools.broker import EmbeddedBroker, free_port
 from loopwarden.runner import LoopClient
-
-from .support import Names, collect, ensure_topics_of, quick_client, until
+from tests.support.live import Names, collect, ensure_topics_of, quick_client, until
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +110,7 @@ async def test_broker_killed_mid_run_no_call_waits(tmp_path, caplog):
 
 
 async def test_local_decisions_follow_the_config_topic_from_start_and_live(tansu):
-    from .support import produce
+    from tests.support.live import produce
 
     names = Names("cfglocal")
     await ensure_topics_of(tansu, names)

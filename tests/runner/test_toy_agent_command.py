@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import REPO
+from tests.support.live import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ from loopwarden.runner import LoopClient
 from loopwarden.sidecar.app import make_app
 from loopwarden.sidecar.http import HTTPServer, ServerLimits
 from loopwarden.sidecar.service import Limits, Service
-from tests.unit.test_runner_local import CONFIG, Captured
+from tests.runner.test_runner_local import CONFIG, Captured
 
 SECONDS = float(os.environ.get("LOOPWARDEN_FUZZ_SECONDS", "2"))
 SEED = int(os.environ.get("LOOPWARDEN_FUZZ_SEED", "34"))

@@ -17,9 +17,8 @@ import pytest
 
 from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.openclaw_host import ScriptedProvider, repeat_script, write_config
-
-from .support import WorkerProcess, collect, ready_fleet
-from .test_openclaw_plugin_live import FAILING, agent_turn, plugin_block, seen_results
+from tests.sidecar.test_openclaw_plugin_live import FAILING, agent_turn, plugin_block, seen_results
+from tests.support.live import WorkerProcess, collect, ready_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

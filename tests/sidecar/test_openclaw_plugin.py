@@ -1,6 +1,6 @@
 """The OpenClaw plugin (JavaScript) against a fake decision service, with Node's own test runner.
 
-The cases are in ``tests/openclaw_plugin/plugin.test.mjs``: ids mapped from OpenClaw's
+The cases are in ``tests/sidecar/clients/openclaw-plugin/plugin.test.mjs``: ids mapped from OpenClaw's
 hook context, block to ``blockReason``, timeout and errors fail open and are counted.
 The machine's node runs them (the plugin needs only ``fetch`` and ``AbortSignal.timeout``,
 Node >= 20); without one, Node 24 from the host cache.
@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "streams" / "sidecar" / "clients" / "openclaw-plugin"
 CLIENT = PLUGIN.parent / "typescript"  # @loopwarden/client: the plugin loads its modules from the checkout
+CASES = ROOT / "tests" / "sidecar" / "clients" / "openclaw-plugin"
 
 
 def node() -> str:
@@ -30,14 +31,14 @@ def node() -> str:
 
 def test_the_plugin_passes_its_node_tests():
     proc = subprocess.run(
-        [node(), "--test", "--test-reporter=tap", str(ROOT / "tests" / "openclaw_plugin")],
+        [node(), "--test", "--test-reporter=tap", str(CASES)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
-    cases = sum(f.read_text().count("\ntest(") for f in (ROOT / "tests" / "openclaw_plugin").glob("*.test.mjs"))
+    cases = sum(f.read_text().count("\ntest(") for f in (CASES).glob("*.test.mjs"))
     assert "# fail 0" in proc.stdout and f"# pass {cases}" in proc.stdout, proc.stdout[-2000:]
 
 

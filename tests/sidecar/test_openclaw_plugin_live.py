@@ -21,8 +21,7 @@ import pytest
 
 from loopwarden.sidecar.process import SidecarProcess
 from tests.hosts.openclaw_host import ScriptedProvider, openclaw, repeat_script, text_of, tool_results, write_config
-
-from .support import WorkerProcess, collect, ready_fleet
+from tests.support.live import WorkerProcess, collect, ready_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from loopwarden import cli
 from loopwarden.runner import LoopClient
 from loopwarden.sidecar.app import make_app, start_listeners
 from loopwarden.sidecar.service import Limits, Service
-from tests.unit.test_runner_local import CONFIG, Captured
+from tests.runner.test_runner_local import CONFIG, Captured
 
 AGENT = {"agent_id": "a", "session_id": "s1"}
 SECRET = "x" * 64  # what a hostile body carries; no answer may contain it
@@ -265,7 +265,7 @@ async def test_bad_bodies_are_400_and_never_echoed(http):
 async def test_a_body_that_is_not_utf8_inside_a_free_form_value_is_400(http):
     """msgspec takes params and result as Raw without looking inside: invalid UTF-8 there reached the
     engine, whose decision failed open (allowed, counted local_errors) and whose event the worker
-    would dead-letter. Found by the HTTP fuzz stage (tests/unit/test_fuzz_sidecar_http.py)."""
+    would dead-letter. Found by the HTTP fuzz stage (tests/sidecar/test_fuzz_sidecar_http.py)."""
     client, svc, out = await http()
     for path, body in (
         ("/v1/check", b'{"agent_id":"a","session_id":"s1","tool_name":"read","params":{"p":"\xf1\x80"}}'),

@@ -23,8 +23,7 @@ import pytest
 from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.sidecar.client import SidecarClient
 from loopwarden.sidecar.process import SidecarProcess
-
-from .support import REPO, Names, WorkerProcess, collect, ensure_topics_of, fleet_args
+from tests.support.live import REPO, Names, WorkerProcess, collect, ensure_topics_of, fleet_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,8 +19,8 @@ import tracemalloc
 import pytest
 
 from loopwarden.sidecar.service import Limits
-from tests.unit import test_sidecar
-from tests.unit.test_runner_local import Captured
+from tests.runner.test_runner_local import Captured
+from tests.sidecar import test_sidecar
 
 http = test_sidecar.http  # the fixture: a service deciding locally, over real HTTP on loopback
 A = {"agent_id": "a", "session_id": "s1"}
@@ -87,7 +87,7 @@ async def test_a_flood_of_fresh_runs_does_not_unblock_a_run(http, named, tables,
 
 async def test_past_the_live_share_the_oldest_live_run_goes(http):
     """Live runs have half of each table: a flood of runs that each reach a warning, bigger than that
-    share, does evict the oldest (the worker's audit restores its block: tests/integration)."""
+    share, does evict the oldest (the worker's audit restores its block: tests/runner/test_runner_audit.py)."""
     client, svc, out = await http(Limits(max_sessions=8, max_runs=8), max_local_runs=8)
     await blocked(client, {**A, "run_id": "R"})
     for i in range(5):  # 5 more live runs: past the live share (4)

@@ -1,7 +1,7 @@
 """The TypeScript package (streams/sidecar/clients/typescript/) with the real frameworks from npm.
 
-Each framework's cases are a ``node --test`` file in ``tests/typescript/``, driven by the framework's own
-scripted or mock model against one live ``loopwarden sidecar`` (OpenClaw's defaults with detection on:
+Each framework's cases are a ``node --test`` file in ``tests/sidecar/clients/typescript/``, driven by the
+framework's own scripted or mock model against one live ``loopwarden sidecar`` (OpenClaw's defaults with detection on:
 warning at 10 identical calls, block at 20 with identical outcomes). The frameworks are installed once
 into the host cache (``tests/hosts/install.py``); each case runs in a throwaway project whose
 ``node_modules`` holds the cached framework and a copy of the package, as a user's project would.
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "streams" / "sidecar" / "clients" / "typescript"
-CASES = ROOT / "tests" / "typescript"
+CASES = ROOT / "tests" / "sidecar" / "clients" / "typescript"
 ZOD = "zod@4.6.7"
 TYPESCRIPT = ("typescript@5.9.3", "@types/node@20")
 

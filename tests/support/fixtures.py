@@ -1,4 +1,6 @@
-"""Real broker, real worker processes: fixtures of the integration tests.
+"""Real broker, real worker processes: fixtures of the live tests, wherever their package's folder is.
+
+A plugin of the root ``tests/conftest.py`` (``pytest_plugins``), so every test folder sees them.
 
 ``tansu`` starts one embedded Tansu for the session (bootstrap string
 ``127.0.0.1:PORT``); tests isolate themselves by topic names and app id
@@ -17,14 +19,7 @@ from typing import Any
 import pytest
 
 from loopwarden.devtools.broker import EmbeddedBroker
-
-from .support import Names, WorkerProcess
-
-
-def pytest_collection_modifyitems(items: list) -> None:
-    for item in items:
-        if "integration" in Path(str(item.fspath)).parts:
-            item.add_marker(pytest.mark.integration)
+from tests.support.live import Names, WorkerProcess
 
 
 @pytest.fixture(scope="session")

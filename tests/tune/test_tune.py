@@ -75,7 +75,7 @@ def test_fleet_trace_by_hand():
 
 
 def test_usage_totals_in_tune_match_the_engine_fixture():
-    from tests.unit.test_loop_cost import LOW, loop_trace
+    from tests.detection.test_loop_cost import LOW, loop_trace
 
     prep = prepare([json.dumps(e) for e in loop_trace()])
     setting = tune(prep, FleetConfig.from_document(LOW), grid([])).settings[0]

@@ -7,9 +7,12 @@ import base64
 import hashlib
 import json
 
-from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
+import pytest
 
-from .support import collect, decode_verdicts, produce
+from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
+from tests.support.live import collect, decode_verdicts, produce
+
+pytestmark = pytest.mark.integration
 
 LOOP = {
     "type": "tool_call",

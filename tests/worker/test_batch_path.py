@@ -22,7 +22,7 @@ from loopwarden.worker.batch import Limits, apply_batch
 from loopwarden.worker.committer import Committer, PublishPolicy
 from loopwarden.worker.runcodec import decode_value
 from loopwarden.worker.screening import without_raw
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 ENABLED = FleetConfig.from_document(
     {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}}}
@@ -387,7 +387,7 @@ def test_step_time_is_sampled_across_batches_of_any_size():
     from loopwarden.worker.metrics import Metrics
     from loopwarden.worker.processor import RunProcessor
     from loopwarden.worker.settings import Settings
-    from tests.unit.helpers import MemRunTable
+    from tests.support.helpers import MemRunTable
 
     metrics = Metrics()
 

@@ -14,7 +14,7 @@ import json
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.worker.batch import Limits, apply_batch
-from tests.unit.helpers import Rec
+from tests.support.helpers import Rec
 
 LIMITS = Limits(control_topic="ctl", shadow_topic="shd", dead_letter_topic="dlq")
 DETECTION = {"enabled": True, "warningThreshold": 2, "criticalThreshold": 3}

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from .support import ensure_topics_of, produce_events
+from tests.support.live import ensure_topics_of, produce_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUICK_CHECK = ["--partition-stall-timeout", "2", "--commit-interval", "0.4"]  # checked every second
 FALSE_ALARMS = ("has not started processing", "has not sent fetch request")

@@ -17,10 +17,9 @@ import pytest
 from loopwarden.devtools.broker import EmbeddedBroker
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.schemas.config import FleetConfig
+from tests.support.live import Names, ThrottledProducer, WorkerProcess, check_against_replay, collect, expected_verdicts
 
-from .support import Names, ThrottledProducer, WorkerProcess, check_against_replay, collect, expected_verdicts
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 6, "criticalThreshold": 12}}}
 FREEZE_SECONDS = 30

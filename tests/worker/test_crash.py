@@ -15,8 +15,7 @@ import pytest
 
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.schemas.config import load_config
-
-from .support import (
+from tests.support.live import (
     ThrottledProducer,
     check_against_replay,
     collect,
@@ -25,7 +24,7 @@ from .support import (
     wait_committed,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = {
     "tools": {

@@ -11,7 +11,7 @@ from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.processor import RunProcessor
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from loopwarden.worker.settings import Settings
-from tests.unit.helpers import MemRunTable
+from tests.support.helpers import MemRunTable
 
 
 def idle(i: int, touched: float = 0.0) -> tuple[tuple[int, bytes], RunValue]:
@@ -82,7 +82,7 @@ def test_active_runs_follow_batches_between_sweeps():
     import json
 
     from loopwarden.schemas.events import key_for
-    from tests.unit.helpers import Rec
+    from tests.support.helpers import Rec
 
     def rec(partition: int, offset: int, run: str, kind: str = "tool_call") -> Rec:
         event = {"type": kind, "agent_id": "a", "run_id": run}

@@ -1,7 +1,7 @@
 """Health that tells the truth, on a real worker: a crashed Faust service is reported and the worker exits.
 
 For each of the fetcher, the consumer and the producer: the service is
-crashed inside a running worker (tests/integration/drivers/crashing_worker.py),
+crashed inside a running worker (tests/support/drivers/crashing_worker.py),
 ``/healthz`` answers 503 naming it, and the process exits non-zero: Faust's
 own shutdown exits 1 where it notices the crash, and where it does not, the
 watchdog exits 70 once the worker has been unhealthy for ``--unhealthy-exit-after``.
@@ -18,12 +18,11 @@ import pytest
 
 from loopwarden.devtools.processes import WorkerProcess
 from loopwarden.worker.health import EXIT_UNHEALTHY
+from tests.support.live import Names
 
-from .support import Names
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-pytestmark = pytest.mark.slow
-
-DRIVER = Path(__file__).resolve().parent / "drivers" / "crashing_worker.py"
+DRIVER = Path(__file__).resolve().parents[1] / "support" / "drivers" / "crashing_worker.py"
 
 
 class CrashingWorker(WorkerProcess):

@@ -14,9 +14,9 @@ import json
 
 import pytest
 
-from .support import collect, decode_verdicts, produce, produce_events
+from tests.support.live import collect, decode_verdicts, produce, produce_events
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FILE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}}}
 
@@ -86,7 +86,7 @@ def test_a_run_state_larger_than_the_changelog_accepts_is_reset_and_the_worker_g
 def test_the_stall_exit_is_rearmed_by_the_heartbeat(tansu, names, workers, tmp_path):
     """A worker whose stall exit is 5 s stays up for longer than that while its loop runs (the heartbeat
     re-arms the C-level timer; armed once, it exits 5 s later); the exit itself is tested on a stall inside
-    C code in tests/unit/test_health.py."""
+    C code in tests/worker/test_health.py."""
     config = tmp_path / "c.json"
     config.write_text(json.dumps(FILE))
     worker = workers(names, config=config, extra=["--stall-exit-after", "5"])

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
-from .support import produce_events
+import pytest
+
+from tests.support.live import produce_events
+
+pytestmark = pytest.mark.integration
 
 
 def _calls(run: str, n: int, **extra) -> list[dict]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-from .support import collect, decode_verdicts, produce, produce_events
+import pytest
+
+from tests.support.live import collect, decode_verdicts, produce, produce_events
+
+pytestmark = pytest.mark.integration
 
 
 def _calls(run: str, agent: str, n: int) -> list[dict]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import load_config
 from loopwarden.schemas.events import decode_event, run_key
+from tests.support.live import assert_matches, collect, decode_verdicts, produce
 
-from .support import assert_matches, collect, decode_verdicts, produce
+pytestmark = pytest.mark.integration
 
 HUGE = "1" + "0" * 320
 # Case 2 (-1e400) and case 7 (a 400-digit threshold) in the worker's own config file;

@@ -20,10 +20,9 @@ import pytest
 
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.verdicts import MAX_DEAD_LETTER_RAW
+from tests.support.live import check_against_replay, collect, expected_verdicts
 
-from .support import check_against_replay, collect, expected_verdicts
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from loopwarden.schemas.config import FleetConfig
+import pytest
 
-from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
+from loopwarden.schemas.config import FleetConfig
+from tests.support.live import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
+
+pytestmark = pytest.mark.integration
 
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}
 # writeChurn: upstream's write-mutation churn (not in the release) opted in, live like the profile

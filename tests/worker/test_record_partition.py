@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from loopwarden.kafka.admin import ensure_topics
 from loopwarden.kafka.producer import RecordProducer
 from loopwarden.worker.settings import from_sources
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_keyed_record_lands_where_aiokafka_itself_would_put_it(tansu, names):

@@ -14,10 +14,9 @@ import pytest
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import FleetConfig, load_config
+from tests.support.live import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
 
-from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce, produce_events
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DETECTION = {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5}
 VETO = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}

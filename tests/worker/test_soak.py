@@ -12,7 +12,7 @@ import pytest
 
 from loopwarden.bench.soak import soak
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_waves_of_runs_expire_to_zero():

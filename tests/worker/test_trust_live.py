@@ -20,8 +20,7 @@ from aiokafka import AIOKafkaProducer
 from loopwarden.kafka.signing import generate, public_keys, raw_public, signer_from
 from loopwarden.runner import LoopClient
 from loopwarden.schemas.verdicts import Verdict, encode_verdict
-
-from .support import Names, WorkerProcess, collect, decode_verdicts, produce, produce_events
+from tests.support.live import Names, WorkerProcess, collect, decode_verdicts, produce, produce_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -176,7 +175,7 @@ def test_a_worker_upgraded_in_place_keeps_a_run_stored_under_the_old_key(tansu, 
     from loopwarden.schemas.events import decode_event
     from loopwarden.worker.batch import Limits, apply_batch
     from loopwarden.worker.runcodec import encode_value, legacy_key
-    from tests.unit.helpers import Rec
+    from tests.support.helpers import Rec
 
     names = Names("upgrade")
     config = tmp_path / "c.json"

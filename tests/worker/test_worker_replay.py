@@ -9,10 +9,9 @@ import pytest
 from loopwarden.devtools.synthetic import fleet_events
 from loopwarden.replay import replay_lines
 from loopwarden.schemas.config import load_config
+from tests.support.live import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
 
-from .support import assert_matches, collect, decode_verdicts, expected_verdicts, produce_events, run_key
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True}},
@@ -135,13 +134,13 @@ def test_faust_stream_path_does_not_wait_for_state_flushes(tansu, names, workers
 
 
 def test_a_generated_trace_decides_alike_live(tansu, names, workers, tmp_path):
-    """One trace of the unit property test (tests/unit/test_one_decision.py) through a real worker:
+    """One trace of the unit property test (tests/detection/test_one_decision.py) through a real worker:
     its control and shadow topics say what replay says, verdict for verdict, violations and escalation
     aborts included, under shadow lists, escalation and per-agent overlays. (Fleet incidents stay off:
     a live worker's incident board fills asynchronously, so when a block starts is not the trace's.)"""
     import random
 
-    from tests.unit.test_one_decision import build_trace, replay_rows, worker_rows
+    from tests.detection.test_one_decision import build_trace, replay_rows, worker_rows
 
     doc = {
         "tools": {

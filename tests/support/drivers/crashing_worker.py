@@ -1,6 +1,6 @@
 """A real ``loopwarden worker`` whose named Faust service is crashed after it is ready (tests only).
 
-    python tests/integration/drivers/crashing_worker.py SERVICE DELAY -- WORKER FLAGS...
+    python tests/support/drivers/crashing_worker.py SERVICE DELAY -- WORKER FLAGS...
 
 SERVICE is ``fetcher``, ``consumer`` or ``producer``: DELAY seconds after the
 app started, that service is crashed through mode's own ``Service.crash()``,

@@ -24,7 +24,7 @@ from loopwarden.runner import LoopClient
 
 
 def progress_output(n: int) -> str:
-    return f"status: {10 * n} rows copied"  # tests/integration/adapter_cases.py's progress_output
+    return f"status: {10 * n} rows copied"  # tests/runner/adapter_cases.py's progress_output
 
 
 def make_tool_body(behaviour: str, runs: list) -> Callable[[str], Awaitable[str]]:

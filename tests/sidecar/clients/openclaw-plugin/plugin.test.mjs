@@ -1,6 +1,6 @@
 // The OpenClaw plugin against a fake decision service (node:http on a loopback port), no OpenClaw:
 // ids mapped from OpenClaw's hook arguments, verdicts mapped to hook results, failures fail open.
-// Run: node --test tests/openclaw_plugin/ (tests/unit/test_openclaw_plugin.py runs it from pytest).
+// Run: node --test tests/sidecar/clients/openclaw-plugin/ (tests/sidecar/test_openclaw_plugin.py runs it from pytest).
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -18,7 +18,7 @@ import plugin, {
   errorBody,
   resultBody,
   settingsFrom,
-} from "../../streams/sidecar/clients/openclaw-plugin/index.mjs";
+} from "../../../../streams/sidecar/clients/openclaw-plugin/index.mjs";
 
 const SLACK_MS = 10_000; // cases that expect an answer wait this long: a loaded machine must not turn them into timeouts
 let server;

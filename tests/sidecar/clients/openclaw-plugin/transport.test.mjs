@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 
-import { checkTcpListener, createGuard, fieldText, settingsFrom } from "../../streams/sidecar/clients/openclaw-plugin/index.mjs";
+import { checkTcpListener, createGuard, fieldText, settingsFrom } from "../../../../streams/sidecar/clients/openclaw-plugin/index.mjs";
 
 const dirs = [];
 after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));

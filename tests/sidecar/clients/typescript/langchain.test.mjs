@@ -189,7 +189,7 @@ test("the service down: every call goes ahead, counted", async () => {
 });
 
 // ---- the openclaw-latest profile: the OpenClaw release's bounded recovery with parallel tool calls, as in
-// tests/integration/adapter_cases.py (each model message calls lookup(q="job 42") twice and a fresh lookup)
+// tests/runner/adapter_cases.py (each model message calls lookup(q="job 42") twice and a fresh lookup)
 const RELEASE_NOTE = "[System note: Tool-loop warning after 10 repeated calls. Change your approach or stop if you are not making progress.]";
 const TRIGGER_TEXT = "CRITICAL: Called lookup with identical outcomes 20 times. Session execution blocked to prevent runaway loops."
   + "\n\nDo not repeat this exact tool action. Reassess the task. You may answer the user, ask for clarification, "

@@ -1,5 +1,5 @@
 // What every TypeScript integration test shares: the service the pytest driver started
-// (tests/integration/test_typescript_clients.py: a real `loopwarden sidecar` with OpenClaw's defaults and
+// (tests/sidecar/test_typescript_clients.py: a real `loopwarden sidecar` with OpenClaw's defaults and
 // detection on: warning at 10 identical calls, critical at 20 identical calls with identical outcomes,
 // post-compaction guard window 3), the scenario's constants and its assertions. The driver copies this
 // folder next to the package and the framework from the npm cache, so imports resolve as in a user's project.

@@ -1,4 +1,4 @@
-// Compiled by `tsc --noEmit --strict` (tests/integration/test_typescript_clients.py): the package's hand-written
+// Compiled by `tsc --noEmit --strict` (tests/sidecar/test_typescript_clients.py): the package's hand-written
 // types describe what a TypeScript user writes. Never run.
 
 import { LoopClient, bounded, type Decision, type ClientStats } from "@loopwarden/client";
