@@ -45,10 +45,11 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import aiokafka
+import msgspec
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ack_lock
@@ -177,19 +178,44 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             return set()
 
 
+class BatchRoute(msgspec.Struct, frozen=True):
+    """The hand-over from the app to :class:`Consumer`: records of ``topic`` go to ``handler``.
+
+    ``await handler(records)`` takes one fetch's records of the topic (aiokafka records:
+    ``topic``, ``partition``, ``offset``, ``key``, ``value``) and returns a future that is done once
+    the batch is durable; only then are the records acked.
+    """
+
+    topic: str
+    handler: Callable[[list], Awaitable[asyncio.Future[None]]]
+
+
+@runtime_checkable
+class RoutesBatches(Protocol):
+    """An app whose consumer takes the batch route (``None``: Faust's per-record path)."""
+
+    batch_route: BatchRoute | None
+
+
+def batch_route(app: Any) -> BatchRoute | None:
+    """The app's batch route, or None for an app that sets none (Faust's own path)."""
+    route = app.batch_route if isinstance(app, RoutesBatches) else None
+    if route is not None and not isinstance(route, BatchRoute):
+        raise TypeError(f"batch_route must be a BatchRoute, not {type(route).__name__}")
+    return route
+
+
 class Consumer(faust_aiokafka.Consumer):
     """Faust's consumer; records of one topic go to a batch handler, not one by one to a stream.
 
     Faust hands every record to its stream machinery separately (two tasks
     per record in the fetch loop, a loop turn per event in the stream):
     about 2.5k events/s here even with an agent that does nothing. When the
-    app sets ``batch_route = (topic, handler)``, each fetch's records of that
-    topic go to ``await handler(records)`` as one list of aiokafka records
-    (``topic``, ``partition``, ``offset``, ``key``, ``value``); the handler
-    returns a future that is done when the batch is durable, and only then
-    are the records acked, into Faust's own consumer bookkeeping, so offset
-    commits, rebalances (wait for unacked messages) and recovery work as
-    before. Records of other topics (changelogs for standbys) take Faust's
+    app sets ``batch_route`` (a :class:`BatchRoute`), each fetch's records of its
+    topic go to its handler as one list; the handler returns a future that is
+    done when the batch is durable, and only then are the records acked, into
+    Faust's own consumer bookkeeping, so offset commits, rebalances (wait for
+    unacked messages) and recovery work as before. Records of other topics (changelogs for standbys) take Faust's
     normal path.
     """
 
@@ -229,10 +255,10 @@ class Consumer(faust_aiokafka.Consumer):
             raise
 
     async def _drain(self, fetcher: Any) -> None:
-        route = self.app.batch_route
+        route = batch_route(self.app)
         if route is None:
             return await super()._drain_messages(fetcher)
-        topic, handler = route
+        topic, handler = route.topic, route.handler
         consumer_stopped = self._stopped.is_set
         fetcher_stopped = fetcher._stopped.is_set
         acks_enabled = self.app.topics.acks_enabled_for(topic)

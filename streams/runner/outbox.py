@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaProducer
 
 from loopwarden.kafka.errors import is_permanent
@@ -175,46 +176,68 @@ class _Item:
         self.done = False  # confirmed by the broker, or refused for good
 
 
+class OutboxLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The outbox's bounds and timings (the module docstring says what each holds back)."""
+
+    max_buffered: int  # events not yet confirmed, at most
+    send_timeout: float  # one connection attempt, one send step
+    close_timeout: float  # stopping a producer or the pump
+    backoff_max: float = 5.0  # between reconnection attempts
+    log_interval: float = 60.0  # an outage or a drop is logged at most once per interval
+    max_buffered_bytes: int = 64 << 20
+    max_event_bytes: int = 1 << 20
+    linger: float = 0.0  # seconds the pump waits for more events before a send step
+
+
+class OutboxEvents:
+    """What the outbox tells its owner, one call per event; each does nothing here (the client counts them)."""
+
+    def sent(self) -> None:
+        """The broker confirmed an event."""
+
+    def dropped(self) -> None:
+        """An event did not fit the buffer (``max_buffered`` or ``max_buffered_bytes``)."""
+
+    def too_large(self) -> None:
+        """An event over ``max_event_bytes`` was never queued."""
+
+    def refused(self) -> None:
+        """The client or broker refused an event for what it is; it was dropped."""
+
+    def down(self) -> None:
+        """The connection was lost (everything unconfirmed goes back to the front)."""
+
+    def failed(self) -> None:
+        """An event was still unconfirmed when the outbox closed."""
+
+
 class Outbox:
-    """Bounded, ordered, reconnecting event sender (one per client)."""
+    """Bounded, ordered, reconnecting event sender (one per client).
+
+    Its collaborators: ``make_producer`` (a new, unstarted producer per connection), its
+    :class:`OutboxLimits` and the :class:`OutboxEvents` it reports to.
+    """
 
     def __init__(
         self,
         make_producer: Callable[[], AIOKafkaProducer],
-        max_buffered: int,
-        *,
-        send_timeout: float,
-        close_timeout: float,
-        backoff_max: float = 5.0,
-        log_interval: float = 60.0,
-        max_buffered_bytes: int = 64 << 20,
-        max_event_bytes: int = 1 << 20,
-        linger: float = 0.0,
-        on_sent: Callable[[], Any] | None = None,
-        on_dropped: Callable[[], Any] | None = None,
-        on_failed: Callable[[], Any] | None = None,
-        on_down: Callable[[], Any] | None = None,
-        on_too_large: Callable[[], Any] | None = None,
-        on_refused: Callable[[], Any] | None = None,
+        limits: OutboxLimits,
+        events: OutboxEvents | None = None,
     ) -> None:
         self._make = make_producer
-        self.max_buffered = max(1, max_buffered)
-        self.max_buffered_bytes = max(1, max_buffered_bytes)
-        self.max_event_bytes = max(1, max_event_bytes)
-        self.send_timeout = send_timeout
-        self.close_timeout = close_timeout
-        self.linger = linger
+        self.limits = limits
+        self.events = events or OutboxEvents()
+        self.max_buffered = max(1, limits.max_buffered)
+        self.max_buffered_bytes = max(1, limits.max_buffered_bytes)
+        self.max_event_bytes = max(1, limits.max_event_bytes)
+        self.send_timeout = limits.send_timeout
+        self.close_timeout = limits.close_timeout
+        self.linger = limits.linger
         self.partitions = PartitionMemo()
-        self.backoff_max = backoff_max
-        self.outage = Outage("event producer", log_interval)
-        self.too_large = Throttled("events over max_event_bytes dropped", log_interval)
-        self.refused = Throttled("events the broker refuses for good dropped", log_interval)
-        self._on_sent = on_sent
-        self._on_dropped = on_dropped
-        self._on_failed = on_failed
-        self._on_down = on_down
-        self._on_too_large = on_too_large
-        self._on_refused = on_refused
+        self.backoff_max = limits.backoff_max
+        self.outage = Outage("event producer", limits.log_interval)
+        self.too_large = Throttled("events over max_event_bytes dropped", limits.log_interval)
+        self.refused = Throttled("events the broker refuses for good dropped", limits.log_interval)
         self._unsent: deque[_Item] = deque()
         self._inflight: deque[_Item] = deque()  # sent, not yet confirmed (in send order)
         self._bytes = 0  # key + value bytes of every item not yet done
@@ -239,12 +262,10 @@ class Outbox:
         item = _Item(topic, key, value)
         if len(value) > self.max_event_bytes:
             self.too_large.note(f"{len(value)} bytes > {self.max_event_bytes}")
-            if self._on_too_large is not None:
-                self._on_too_large()
+            self.events.too_large()
             return False
         if len(self) >= self.max_buffered or self._bytes + item.size > self.max_buffered_bytes:
-            if self._on_dropped is not None:
-                self._on_dropped()
+            self.events.dropped()
             return False
         self._unsent.append(item)
         self._bytes += item.size
@@ -280,13 +301,22 @@ class Outbox:
     def _refuse(self, item: _Item, exc: BaseException) -> None:
         self._resolve(item)
         self.refused.note(f"{exc!r} ({item.size} bytes for {item.topic})")
-        if self._on_refused is not None:
-            self._on_refused()
+        self.events.refused()
 
     async def _pump(self) -> None:
+        """The one sender; each turn takes the first of these steps that applies:
+
+        1. not connected: connect (backing off while the broker is down);
+        2. a delivery failed: drop the connection, unconfirmed events back to the front;
+        3. nothing to send: wait for an event (and ``linger`` for more);
+        4. send up to ``SEND_BATCH`` events from the head, in order (each confirmed in
+           :meth:`_delivered`);
+        5. a send failed: a refused event is dropped and the rest go on; an outage
+           drops the connection and backs off.
+        """
         backoff = 0.1
         while not self._closing:
-            if self._producer is None:
+            if self._producer is None:  # 1. connect
                 producer = await self._connect()
                 self._attempted.set()
                 if producer is None:
@@ -301,16 +331,16 @@ class Outbox:
                 self._broken = False
                 self.outage.recovered()
                 self.connected.set()
-            if self._broken:
+            if self._broken:  # 2. a delivery failed
                 await self._reset()
                 continue
-            if not self._unsent:
+            if not self._unsent:  # 3. wait for events
                 self._wake.clear()
                 await self._wake.wait()
                 if self.linger > 0 and len(self._unsent) < SEND_BATCH:
                     await asyncio.sleep(self.linger)  # gather what comes meanwhile: one step sends it all
                 continue
-            producer = self._producer
+            producer = self._producer  # 4. send from the head
             item = self._unsent[0]
             try:
                 async with asyncio.timeout(self.send_timeout):
@@ -325,7 +355,7 @@ class Outbox:
                         if delivery.done() or not self._unsent or self._broken:
                             break  # an outcome known at once is seen (next step) before more are sent
                         item = self._unsent[0]
-            except Exception as exc:  # noqa: BLE001 - KafkaError, timeout: the item stays at the head
+            except Exception as exc:  # noqa: BLE001 - 5. KafkaError, timeout: the item stays at the head
                 if is_permanent(exc):  # retrying cannot cure it: drop this one, the rest go on
                     self._unsent.popleft()
                     self._refuse(item, exc)
@@ -343,8 +373,7 @@ class Outbox:
         if exc is None and not delivery.cancelled():
             if not item.done:
                 self._resolve(item)
-                if self._on_sent is not None:
-                    self._on_sent()
+                self.events.sent()
         elif exc is not None and is_permanent(exc):
             if not item.done:
                 self._refuse(item, exc)
@@ -366,8 +395,7 @@ class Outbox:
         pending = [i for i in self._inflight if not i.done]
         self._inflight.clear()
         self._unsent.extendleft(reversed(pending))
-        if self._on_down is not None:
-            self._on_down()
+        self.events.down()
         if producer is not None:
             await self._stop(producer)
 
@@ -393,8 +421,7 @@ class Outbox:
             await self._stop(producer)
         left = sum(1 for i in self._unsent if not i.done) + sum(1 for i in self._inflight if not i.done)
         for _ in range(left):
-            if self._on_failed is not None:
-                self._on_failed()
+            self.events.failed()
         self._unsent.clear()
         self._inflight.clear()
         self._bytes = 0

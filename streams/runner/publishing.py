@@ -15,7 +15,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaProducer
 
 from loopwarden.kafka.connection import kafka_auth
-from loopwarden.runner.outbox import Outbox
+from loopwarden.runner.outbox import Outbox, OutboxEvents, OutboxLimits
 from loopwarden.runner.registry import RunRegistry
 from loopwarden.runner.settings import ClientSettings
 from loopwarden.runner.state import ClientStats
@@ -23,6 +23,33 @@ from loopwarden.runner.wire import Ident
 from loopwarden.schemas.events import Event, encode_event
 
 log = logging.getLogger(__name__)
+
+
+class CountedSends(OutboxEvents):
+    """The outbox's reports, counted in the client's :class:`ClientStats`."""
+
+    def __init__(self, stats: ClientStats, on_down: Callable[[], None]) -> None:
+        self.stats = stats
+        self.on_down = on_down
+
+    def sent(self) -> None:
+        self.stats.events_sent += 1
+
+    def dropped(self) -> None:
+        self.stats.events_dropped += 1
+
+    def failed(self) -> None:
+        self.stats.send_errors += 1
+
+    def too_large(self) -> None:
+        self.stats.events_too_large += 1
+
+    def refused(self) -> None:
+        self.stats.events_refused += 1
+
+    def down(self) -> None:
+        self.stats.disconnects += 1
+        self.on_down()
 
 
 class Publisher:
@@ -50,30 +77,8 @@ class Publisher:
     def start(self, on_down: Callable[[], None]) -> Outbox:
         """Make the outbox and start it connecting; ``on_down``: the producer lost the broker."""
         s = self.settings
-        stats = self.stats
-
-        def sent() -> None:
-            stats.events_sent += 1
-
-        def dropped() -> None:
-            stats.events_dropped += 1
-
-        def failed() -> None:
-            stats.send_errors += 1
-
-        def too_large() -> None:
-            stats.events_too_large += 1
-
-        def refused() -> None:
-            stats.events_refused += 1
-
-        def down() -> None:
-            stats.disconnects += 1
-            on_down()
-
-        self.outbox = Outbox(
-            self.make_producer,
-            s.max_buffered,
+        limits = OutboxLimits(
+            max_buffered=s.max_buffered,
             send_timeout=s.request_timeout_ms / 1000,
             close_timeout=s.close_timeout,
             backoff_max=s.reconnect_backoff_max,
@@ -81,13 +86,8 @@ class Publisher:
             max_buffered_bytes=s.max_buffered_bytes,
             max_event_bytes=s.max_event_bytes,
             linger=(s.linger_ms or 0) / 1000,
-            on_sent=sent,
-            on_dropped=dropped,
-            on_failed=failed,
-            on_down=down,
-            on_too_large=too_large,
-            on_refused=refused,
         )
+        self.outbox = Outbox(self.make_producer, limits, CountedSends(self.stats, on_down))
         self.outbox.start()
         return self.outbox
 

@@ -1,7 +1,9 @@
 """The Faust app factory: topics, the run table, the agent, HTTP pages and timers.
 
 Everything is built inside :func:`create_app` from :class:`Settings` (no
-module-level app), so tests and ``loopwarden dev`` can make several.
+module-level app), so tests and ``loopwarden dev`` can make several. It reads
+as its steps: the app, its topics and tables, the runtime its parts share
+(:class:`Runtime`), the batch route, the periodic tasks, the web pages.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import faust
 
 from loopwarden.internals.aiokafka_records import install as install_parse_guard
-from loopwarden.internals.faust_consumer import batch_durable
+from loopwarden.internals.faust_consumer import BatchRoute, batch_durable
 from loopwarden.internals.faust_table import fetcher_service
 from loopwarden.internals.faust_worker import Worker as FaustWorker
 from loopwarden.kafka.configfeed import ConfigFeed
@@ -49,7 +51,7 @@ class LoopwardenApp(faust.App):
     """A Faust app that carries the worker's settings for our transport and the batch route."""
 
     worker_settings: Settings
-    batch_route: tuple[str, Any] | None = None  # (topic, handler): that topic's records go to the handler in batches
+    batch_route: BatchRoute | None = None  # that topic's records go to its handler a fetch at a time
     record_producer: RecordProducer | None = None  # verdicts and dead letters, apart from the changelog
     committer: Committer | None = None
     stall_exit: StallExit | None = None  # armed by the heartbeat; still armed while stopping (a hung stop exits)
@@ -137,9 +139,19 @@ def faust_credentials(s: Any):
 
 
 def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[LoopwardenApp, Runtime]:
-    s = settings
+    """The worker's Faust app and what its parts share, built in this order."""
     install_parse_guard()  # a record aiokafka cannot parse is a mark, not an exception (every reader here)
-    metrics = Metrics(s.tool_label_set)
+    app = new_app(settings)
+    events, table = add_topics_and_tables(app, settings)
+    rt = build_runtime(app, settings, table, fleet)
+    add_batch_route(app, rt, events)
+    add_periodic_tasks(app, rt)
+    add_pages(app, rt)
+    return app, rt
+
+
+def new_app(s: Settings) -> LoopwardenApp:
+    """The Faust app, configured from the settings (no topic, table or agent yet)."""
     app = LoopwardenApp(
         s.app_id,
         broker=[f"{TRANSPORT_SCHEME}://{server}" for server in servers(s.brokers)],
@@ -150,7 +162,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         processing_guarantee=s.processing_guarantee,
         web_enabled=True,
         # Faust's /table pages serve any run's state by key, /router names the worker owning a key:
-        # neither is needed, both expose. /metrics, /healthz and /readyz are ours, below.
+        # neither is needed, both expose. /metrics, /healthz and /readyz are ours (add_pages).
         web_tables_enabled=False,
         web_router_enabled=False,
         web_bind=s.host,
@@ -175,8 +187,11 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     app.worker_settings = s
     if getattr(app.conf, "web_tables_enabled", True) or getattr(app.conf, "web_router_enabled", True):
         raise RuntimeError("this Faust cannot turn off its /table and /router pages: upgrade faust-streaming")
-    signer_ = signer(s)
+    return app
 
+
+def add_topics_and_tables(app: LoopwardenApp, s: Settings) -> tuple[Any, Any]:
+    """The events topic (raw bytes: the batch step parses and screens them) and the run table."""
     events = app.topic(
         s.events_topic,
         key_type=bytes,
@@ -193,6 +208,13 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
         partitions=s.partitions,
         options=s.rocksdb_options,
     )
+    return events, table
+
+
+def build_runtime(app: LoopwardenApp, s: Settings, table: Any, fleet: FleetConfig | None) -> Runtime:
+    """The config feed, the producers, the batch processor, health and the fleet extensions."""
+    metrics = Metrics(s.tool_label_set)
+    signer_ = signer(s)
     feed = ConfigFeed(
         fleet or FleetConfig(),
         s.bootstrap,
@@ -227,19 +249,15 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     fleet_rt.verifier = incident_verifier(s, signer_)
     processor.hooks = fleet_rt.hooks
     app.committer = processor.committer
-    rt = Runtime(s, metrics, feed, runtable, processor, health)
+    app.loopwarden_fleet = fleet_rt  # the dev view reads open incidents here
+    app.stall_exit = StallExit(s.stall_exit_after)
+    return Runtime(s, metrics, feed, runtable, processor, health)
 
-    app.stall_exit = stall = StallExit(s.stall_exit_after)
 
-    @app.timer(min(1.0, s.stall_timeout / 4))
-    async def heartbeat() -> None:
-        health.beat()
-        stall.beat()
-
-    @app.task
-    async def watchdog() -> None:
-        dog = Watchdog(health, s.unhealthy_exit_after)
-        dog.start()
+def add_batch_route(app: LoopwardenApp, rt: Runtime, events: Any) -> None:
+    """The agent on the events topic and, on the fast path, the batch route the consumer hands
+    each fetch's records to (:class:`loopwarden.internals.faust_consumer.BatchRoute`)."""
+    s, feed, processor = rt.settings, rt.feed, rt.processor
 
     @app.agent(events, name="loopwarden.runs")
     async def runs(stream: Any) -> None:
@@ -258,17 +276,34 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
             durable = await processor.process([event.message for event in batch])
             durable.add_done_callback(functools.partial(ack_when_durable, app.consumer, batch))
 
-    async def process_batch(messages: list) -> Any:
+    async def process_batch(messages: list) -> asyncio.Future[None]:
         if not feed.loaded.is_set():
             await feed.loaded.wait()
         return await processor.process(messages)
 
     if s.fast_path:
-        app.batch_route = (s.events_topic, process_batch)
+        app.batch_route = BatchRoute(s.events_topic, process_batch)
+
+
+def add_periodic_tasks(app: LoopwardenApp, rt: Runtime) -> None:
+    """The heartbeat, the watchdog, the config feed, the health gauges and the expiry sweep."""
+    s, metrics, health, processor = rt.settings, rt.metrics, rt.health, rt.processor
+    stall = app.stall_exit
+
+    @app.timer(min(1.0, s.stall_timeout / 4))
+    async def heartbeat() -> None:
+        health.beat()
+        if stall is not None:
+            stall.beat()
+
+    @app.task
+    async def watchdog() -> None:
+        dog = Watchdog(health, s.unhealthy_exit_after)
+        dog.start()
 
     @app.task
     async def config_feed() -> None:
-        await feed.run()
+        await rt.feed.run()
 
     sweeping: list[asyncio.Task] = []  # the one sweep running, if any
 
@@ -308,6 +343,11 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
             return
         await sweep()
 
+
+def add_pages(app: LoopwardenApp, rt: Runtime) -> None:
+    """/metrics, /healthz and /readyz."""
+    metrics, health = rt.metrics, rt.health
+
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
         return web.bytes(metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -322,6 +362,3 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> tuple[Lo
     async def readyz(web: Any, request: Any) -> Any:
         status = rt.observe(app)
         return web.json(status, status=200 if status["ready"] else 503)
-
-    app.loopwarden_fleet = fleet_rt  # the dev view reads open incidents here
-    return app, rt

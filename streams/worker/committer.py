@@ -35,7 +35,7 @@ included) would fail its flush on every worker that replays the run's
 events. It is never sent: that run's state is reset at step 1 (its value
 keeps the offset, so the events are not applied twice, with an ended state,
 so the run's next event starts afresh), logged and counted
-(``on_oversized``); the stream goes on. Identifier caps
+(:meth:`CommitEvents.oversized`); the stream goes on. Identifier caps
 (``ID_CAPS``) and knob caps (``KNOB_CAPS``) keep real runs far below it.
 
 A publish that fails is retried with capped exponential backoff and the
@@ -176,37 +176,51 @@ class Publisher:
                 attempt = await self.start(out)
 
 
+class CommitLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The committer's bounds (the module docstring says what each holds back)."""
+
+    max_inflight: int = 4  # batches between step 2 and step 3
+    flush_interval: float = 0.0  # step 4 waits this long after the first batch that joined it
+    max_unflushed: int = 10_000  # records not yet durable before submit() waits
+    max_value_bytes: int | None = None  # key + value of one run, at most (None: unbounded)
+
+
+class CommitEvents:
+    """What the committer tells its owner; each does nothing here (the worker counts them)."""
+
+    def durable(self, result: BatchResult, delivered_at: float) -> None:
+        """Step 5 of a batch is done (``delivered_at``: when step 3 ended)."""
+
+    def oversized(self, slot: tuple[int, bytes], size: int) -> None:
+        """A run's value was larger than ``max_value_bytes``: its state was reset at step 1."""
+
+    def unreadable(self, reason: str) -> None:
+        """A stored value :meth:`Committer.read` discarded: ``unknown_version`` or ``undecodable``."""
+
+
 class Committer:
-    """Owns ``pending`` and the completion chain; one per worker process."""
+    """Owns ``pending`` and the completion chain; one per worker process.
+
+    Its collaborators: the run ``table`` (``.get(partition, key) -> bytes | None``, async
+    ``.write([(partition, key, bytes | None)])``), the :class:`Publisher` of the batch's records,
+    its :class:`CommitLimits` and the :class:`CommitEvents` it reports to.
+    """
 
     def __init__(
         self,
         table: Any,
-        send: SendFn,
-        *,
-        max_inflight: int = 4,
-        flush_interval: float = 0.0,
-        max_unflushed: int = 10_000,
-        policy: PublishPolicy | None = None,
-        on_durable: Callable[[BatchResult, float], None] | None = None,
-        on_dropped: Callable[[Outgoing, BaseException], None] | None = None,
-        on_retry: Callable[[Outgoing, BaseException], None] | None = None,
-        shrink_dead_letter: Callable[[Outgoing], Outgoing | None] | None = None,
-        max_value_bytes: int | None = None,
-        on_oversized: Callable[[tuple[int, bytes], int], None] | None = None,
-        on_unreadable: Callable[[str], None] | None = None,
+        publisher: Publisher,
+        limits: CommitLimits | None = None,
+        events: CommitEvents | None = None,
     ) -> None:
-        self.table = table  # .get(partition, key) -> bytes | None; async .write([(partition, key, bytes|None)])
-        self.publisher = Publisher(
-            send, policy, on_dropped=on_dropped, on_retry=on_retry, shrink_dead_letter=shrink_dead_letter
-        )
-        self.max_inflight = max_inflight
-        self.flush_interval = flush_interval
-        self.max_unflushed = max_unflushed
-        self.on_durable = on_durable
-        self.max_value_bytes = max_value_bytes  # key + value of one run, at most (None: unbounded)
-        self.on_oversized = on_oversized
-        self.on_unreadable = on_unreadable  # a stored value read() discarded: "unknown_version" | "undecodable"
+        self.table = table
+        self.publisher = publisher
+        self.limits = limits = limits or CommitLimits()
+        self.events = events or CommitEvents()
+        self.max_inflight = limits.max_inflight
+        self.flush_interval = limits.flush_interval
+        self.max_unflushed = limits.max_unflushed
+        self.max_value_bytes = limits.max_value_bytes
         self.pending: dict[tuple[int, bytes], RunValue | None] = {}
         self._tail: asyncio.Future | None = None  # the last batch's completion (step 5)
         self._delivered_tail: asyncio.Future | None = None  # the last batch's step 3
@@ -235,22 +249,38 @@ class Committer:
         except msgspec.DecodeError:
             log.error("undecodable run value at partition %s key %r: starting the run afresh", partition, key)
             reason = "undecodable"
-        if self.on_unreadable is not None:
-            self.on_unreadable(reason)
+        self.events.unreadable(reason)
         return None
 
     async def submit(self, result: BatchResult) -> asyncio.Future[None]:
         """Steps 1-2 now; returns the future of steps 3-5 (done = ack the batch's records)."""
+        # 1. stage: encode the run values (a snapshot) and keep them in ``pending``
+        writes, staged = self._stage(result.writes)
+        # 2. hand every outgoing record to the producer, without waiting
+        first = [(out, await self.publisher.start(out)) for out in result.outgoing]
+        # 3. after the previous batch's step 3: await the deliveries, then join the next flush
+        delivered = asyncio.ensure_future(self._delivered(self._delivered_tail, first, writes))
+        self._delivered_tail = delivered
+        # 4-5. once that flush is written (and the previous batch is done): the batch is durable
+        done = asyncio.ensure_future(self._complete(delivered, self._tail, staged, result))
+        self._tail = done
+        await self._hold_back(delivered, done, result.records)
+        return done
+
+    def _stage(
+        self, values: dict[tuple[int, bytes], RunValue | None]
+    ) -> tuple[dict[tuple[int, bytes], bytes | None], list[tuple[tuple[int, bytes], RunValue | None]]]:
+        """Step 1: each run value encoded now, into ``pending``; an oversized one reset (module docstring)."""
         writes: dict[tuple[int, bytes], bytes | None] = {}
         staged: list[tuple[tuple[int, bytes], RunValue | None]] = []
         pending = self.pending
-        for slot, value in result.writes.items():
+        limit = self.max_value_bytes
+        for slot, value in values.items():
             try:
                 encoded = None if value is None else encode_value(value)
             except Exception:  # e.g. a string the codec cannot hold: lose that run's state, not the stream
                 log.exception("run value at %s not encodable; dropping that run's state", slot)
                 encoded, value = None, None
-            limit = self.max_value_bytes
             if encoded is not None and limit is not None and len(encoded) + len(slot[1]) > limit:
                 size = len(encoded) + len(slot[1])
                 log.error(
@@ -261,18 +291,16 @@ class Committer:
                     size,
                     limit,
                 )
-                if self.on_oversized is not None:
-                    self.on_oversized(slot, size)
+                self.events.oversized(slot, size)
                 value = RunValue(value.offset, value.touched, None)
                 encoded = encode_value(value)
             writes[slot] = encoded
             pending[slot] = value
             staged.append((slot, value))
-        first = [(out, await self.publisher.start(out)) for out in result.outgoing]
-        delivered = asyncio.ensure_future(self._delivered(self._delivered_tail, first, writes))
-        self._delivered_tail = delivered
-        done = asyncio.ensure_future(self._complete(delivered, self._tail, staged, result))
-        self._tail = done
+        return writes, staged
+
+    async def _hold_back(self, delivered: asyncio.Future, done: asyncio.Future, records: int) -> None:
+        """The bounds: at most ``max_inflight`` batches awaiting step 3, ``max_unflushed`` records step 5."""
         inflight = self._inflight
         inflight.append(delivered)
         while inflight and inflight[0].done():
@@ -281,13 +309,12 @@ class Committer:
             await asyncio.shield(inflight[0])
             while inflight and inflight[0].done():
                 inflight.popleft()
-        self._unflushed.append((done, result.records))
-        self._unflushed_records += result.records
+        self._unflushed.append((done, records))
+        self._unflushed_records += records
         self._forget_durable()
         while self._unflushed_records > self.max_unflushed and len(self._unflushed) > 1:
             await asyncio.shield(self._unflushed[0][0])
             self._forget_durable()
-        return done
 
     def _forget_durable(self) -> None:
         unflushed = self._unflushed
@@ -340,6 +367,7 @@ class Committer:
     async def _complete(
         self, delivered: asyncio.Future, previous: asyncio.Future[None] | None, staged: list, result: BatchResult
     ) -> None:
+        """Step 5: once the batch's flush is written and the batch before is done, it is durable."""
         flush, delivered_at = await delivered
         await flush
         if previous is not None:
@@ -348,5 +376,4 @@ class Committer:
         for slot, value in staged:
             if slot in pending and pending[slot] is value:
                 del pending[slot]  # a later batch may have staged a newer value: keep that one
-        if self.on_durable is not None:
-            self.on_durable(result, delivered_at)
+        self.events.durable(result, delivered_at)

@@ -21,7 +21,7 @@ import msgspec
 from loopwarden.detection import enforcement
 from loopwarden.detection.state import UnknownFormatVersion
 from loopwarden.worker.batch import BatchResult, Limits, StepSampler, apply_batch
-from loopwarden.worker.committer import Committer, SendFn
+from loopwarden.worker.committer import CommitEvents, CommitLimits, Committer, Publisher, SendFn
 from loopwarden.worker.metrics import Metrics
 from loopwarden.worker.runcodec import RunValue, decode_value, encode_value
 from loopwarden.worker.runtable import RunTable
@@ -33,6 +33,23 @@ log = logging.getLogger(__name__)
 
 # _judge's verdicts for a stored value that cannot be read (the reasons of Metrics.unreadable_runs).
 UNREADABLE = ("unknown_version", "undecodable")
+
+
+class CountedCommits(CommitEvents):
+    """The committer's reports, counted in the worker's metrics."""
+
+    def __init__(self, processor: RunProcessor) -> None:
+        self.processor = processor
+        self.metrics = processor.metrics
+
+    def durable(self, result: BatchResult, delivered_at: float) -> None:
+        self.processor._count(result, delivered_at)
+
+    def oversized(self, slot: tuple[int, bytes], size: int) -> None:
+        self.metrics.oversized_runs.inc()
+
+    def unreadable(self, reason: str) -> None:
+        self.metrics.unreadable_runs.labels(reason).inc()
 
 
 class RunProcessor:
@@ -61,18 +78,16 @@ class RunProcessor:
             hash_key=hash_secret(settings),
         )
         dead_topic = settings.dead_letter_topic
-        self.committer = Committer(
-            table,
+        publisher = Publisher(
             send,
-            flush_interval=settings.state_flush_interval,
-            on_durable=self._count,
             on_dropped=lambda out, exc: metrics.publish_dropped.labels(out.topic).inc(),
             on_retry=lambda out, exc: metrics.publish_retries.labels(out.topic).inc(),
             shrink_dead_letter=lambda out: without_raw(out) if out.topic == dead_topic else None,
-            max_value_bytes=settings.max_run_value_bytes,
-            on_oversized=lambda slot, size: metrics.oversized_runs.inc(),
-            on_unreadable=lambda reason: metrics.unreadable_runs.labels(reason).inc(),
         )
+        limits = CommitLimits(
+            flush_interval=settings.state_flush_interval, max_value_bytes=settings.max_run_value_bytes
+        )
+        self.committer = Committer(table, publisher, limits, CountedCommits(self))
 
     async def process(self, messages: Iterable[Any]) -> asyncio.Future[None]:
         """Apply a batch; return a future that is done once the batch is durable (then ack it)."""

@@ -251,3 +251,26 @@ def test_the_fetcher_task_still_takes_a_cancellation_while_rebalancing_for_a_cra
 
     source = inspect.getsource(Fetcher._fetcher.fun)  # a mode ServiceTask around the coroutine function
     assert "_drain_messages(self)" in source and "CancelledError" in source and "rebalancing" in source
+
+
+def test_the_app_hands_the_consumer_a_typed_batch_route(tmp_path):
+    """The worker app and our consumer meet at one named, typed hand-over (BatchRoute), not a tuple."""
+    from loopwarden.internals.faust_consumer import BatchRoute, RoutesBatches, batch_route
+    from loopwarden.worker.app import create_app
+    from loopwarden.worker.settings import from_sources
+
+    app, rt = create_app(from_sources({"data_dir": str(tmp_path / "fast")}, environ={}))
+    assert isinstance(app, RoutesBatches)
+    route = batch_route(app)
+    assert isinstance(route, BatchRoute)
+    assert route.topic == rt.settings.events_topic
+    assert inspect.iscoroutinefunction(route.handler)
+    slow, _ = create_app(from_sources({"data_dir": str(tmp_path / "slow"), "fast_path": False}, environ={}))
+    assert batch_route(slow) is None  # Faust's per-record path
+    assert batch_route(object()) is None
+
+    class Untyped:
+        batch_route = ("agent.events", route.handler)
+
+    with pytest.raises(TypeError):
+        batch_route(Untyped())

@@ -11,9 +11,17 @@ import pytest
 from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
 from loopwarden.runner import ClientSettings, LoopClient
-from loopwarden.runner.outbox import Outbox
+from loopwarden.runner.outbox import Outbox, OutboxEvents, OutboxLimits
 from loopwarden.runner.state import RunState
 from loopwarden.schemas.verdicts import Verdict
+
+
+def outbox(make_producer, max_buffered, **kw) -> Outbox:
+    """An Outbox from keywords: its limits, and ``on_NAME`` callables as its events' NAME."""
+    events = OutboxEvents()
+    for name in [k for k in kw if k.startswith("on_")]:
+        setattr(events, name[3:], kw.pop(name))
+    return Outbox(make_producer, OutboxLimits(max_buffered=max_buffered, **kw), events)
 
 
 class Producer:
@@ -59,7 +67,7 @@ async def until(predicate, timeout: float = 10.0) -> None:
 async def test_a_refused_event_is_dropped_counted_and_logged_once_and_the_rest_go_on(caplog):
     world = {"starts": 0, "log": []}
     counts, on = counter()
-    box = Outbox(
+    box = outbox(
         lambda: Producer(world),
         100,
         send_timeout=1.0,
@@ -83,14 +91,14 @@ async def test_a_refused_event_is_dropped_counted_and_logged_once_and_the_rest_g
 
 async def test_events_over_the_size_limit_are_never_queued():
     counts, on = counter()
-    box = Outbox(lambda: None, 100, send_timeout=1.0, close_timeout=1.0, max_event_bytes=1000, on_too_large=on("big"))
+    box = outbox(lambda: None, 100, send_timeout=1.0, close_timeout=1.0, max_event_bytes=1000, on_too_large=on("big"))
     assert not box.put("t", b"k", b"x" * 1001) and box.put("t", b"k", b"x" * 1000)
     assert counts == {"big": 1} and len(box) == 1
 
 
 async def test_the_outbox_is_bounded_by_bytes_not_only_by_count():
     counts, on = counter()
-    box = Outbox(
+    box = outbox(
         lambda: None, 10_000, send_timeout=1.0, close_timeout=1.0, max_buffered_bytes=10_000, on_dropped=on("dropped")
     )
     kept = sum(box.put("t", b"key", b"v" * 997) for _ in range(50))  # 1,000 bytes each with the key
@@ -113,7 +121,7 @@ class LosesCancels:
 
 
 async def test_close_returns_when_the_sender_loses_its_cancel():
-    box = Outbox(LosesCancels, 100, send_timeout=1.0, close_timeout=0.5, backoff_max=0.01)
+    box = outbox(LosesCancels, 100, send_timeout=1.0, close_timeout=0.5, backoff_max=0.01)
     box.put("t", b"k", b"v")
     box.start()
     await asyncio.sleep(0.3)

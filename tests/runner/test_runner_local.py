@@ -21,13 +21,21 @@ import pytest
 
 from loopwarden.runner import LoopClient, wire
 from loopwarden.runner.local import LocalDecider
-from loopwarden.runner.outbox import Outage, Outbox
+from loopwarden.runner.outbox import Outage, Outbox, OutboxEvents, OutboxLimits
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.events import decode_event, encode_event, run_key
 from loopwarden.schemas.verdicts import Verdict
 from loopwarden.worker.batch import Limits, apply_batch
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}}}
+
+
+def outbox(make_producer, max_buffered, **kw) -> Outbox:
+    """An Outbox from keywords: its limits, and ``on_NAME`` callables as its events' NAME."""
+    events = OutboxEvents()
+    for name in [k for k in kw if k.startswith("on_")]:
+        setattr(events, name[3:], kw.pop(name))
+    return Outbox(make_producer, OutboxLimits(max_buffered=max_buffered, **kw), events)
 
 
 class Captured:
@@ -227,7 +235,7 @@ async def until(predicate, timeout: float = 10.0) -> None:
 async def test_outbox_buffers_while_down_connects_by_itself_and_keeps_order():
     world = {"down": 3, "fail_next": 0, "log": []}
     counts = {"dropped": 0, "sent": 0}
-    box = Outbox(
+    box = outbox(
         lambda: FakeProducer(world),
         max_buffered=5,
         send_timeout=1.0,

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaConnectionError, MessageSizeTooLargeError
 from loopwarden.schemas.config import FleetConfig
 from loopwarden.schemas.verdicts import DeadLetter
 from loopwarden.worker.batch import Limits, apply_batch
-from loopwarden.worker.committer import Committer, PublishPolicy
+from loopwarden.worker.committer import CommitEvents, CommitLimits, Committer, Publisher, PublishPolicy
 from loopwarden.worker.runcodec import decode_value
 from loopwarden.worker.screening import without_raw
 from tests.support.helpers import Rec
@@ -126,8 +126,21 @@ class FakeSend:
                 self.log.append("delivered")
 
 
-def committer(table: MemTable, send: FakeSend, **kw) -> Committer:
-    return Committer(table, send, policy=FAST, **kw)
+def committer(
+    table: MemTable,
+    send: FakeSend,
+    *,
+    on_dropped=None,
+    on_retry=None,
+    shrink_dead_letter=None,
+    on_oversized=None,
+    **limits,
+) -> Committer:
+    events = CommitEvents()
+    if on_oversized is not None:
+        events.oversized = on_oversized
+    publisher = Publisher(send, FAST, on_dropped=on_dropped, on_retry=on_retry, shrink_dead_letter=shrink_dead_letter)
+    return Committer(table, publisher, CommitLimits(**limits), events)
 
 
 # -- apply_batch: pure ---------------------------------------------------------------------------
@@ -430,3 +443,30 @@ def _encoded(res) -> dict:
     from loopwarden.worker.runcodec import encode_value
 
     return {slot: encode_value(value) for slot, value in res.writes.items() if value is not None}
+
+
+def test_the_worker_counts_what_its_committer_reports():
+    """The processor hands the committer one events object (CountedCommits): a batch made durable
+    counts its events, an oversized run and a stored value that cannot be read are counted."""
+    from loopwarden.worker.metrics import Metrics
+    from loopwarden.worker.processor import RunProcessor
+    from loopwarden.worker.settings import Settings
+    from tests.unit.helpers import MemRunTable
+
+    metrics = Metrics()
+    table = MemRunTable({(0, b"bad"): b"\xffnot a run value"})
+
+    async def send(topic, key, value):
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def go():
+        proc = RunProcessor(Settings(max_message_bytes=4096 + 64), metrics, table, send, lambda: ENABLED)
+        assert proc.committer.read(0, b"bad") is None
+        await asyncio.wait_for(await proc.process(loop_records(2)), 5)
+
+    asyncio.run(go())
+    assert metrics.unreadable_runs.labels("undecodable")._value.get() == 1
+    assert metrics.oversized_runs._value.get() == 1
+    assert metrics.events.labels("tool_call")._value.get() == 2
