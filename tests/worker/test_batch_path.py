@@ -451,7 +451,7 @@ def test_the_worker_counts_what_its_committer_reports():
     from loopwarden.worker.metrics import Metrics
     from loopwarden.worker.processor import RunProcessor
     from loopwarden.worker.settings import Settings
-    from tests.unit.helpers import MemRunTable
+    from tests.support.helpers import MemRunTable
 
     metrics = Metrics()
     table = MemRunTable({(0, b"bad"): b"\xffnot a run value"})
