@@ -66,12 +66,19 @@ def partition_db(store: Any, partition: int) -> Any:
     return store._db_for_partition(partition)
 
 
+def partition_listings(store: Any, partitions: set[int]) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
+    """Each given partition with its ``(key, value)`` list, read when the iteration reaches it (one
+    partition at a time, so a caller can tell the moment each was read); one not opened lists nothing."""
+    for partition in sorted(partitions):
+        db = store._dbs.get(partition)
+        yield partition, [] if db is None else list(store._visible_items(db))
+
+
 def partition_items(store: Any, partitions: set[int]) -> Iterator[tuple[int, bytes, bytes]]:
     """``(partition, key, value)`` of the given, already opened partitions."""
-    for partition, db in list(store._dbs.items()):
-        if partition in partitions:
-            for key, value in list(store._visible_items(db)):
-                yield partition, key, value
+    for partition, listing in partition_listings(store, partitions):
+        for key, value in listing:
+            yield partition, key, value
 
 
 def fetcher_service(app: Any) -> Any:

@@ -52,6 +52,32 @@ class CountedCommits(CommitEvents):
         self.metrics.unreadable_runs.labels(reason).inc()
 
 
+def alive(value: RunValue | None) -> bool:
+    """A run with state (``loopwarden_active_runs``), not an ended-run marker nor a deleted value."""
+    return value is not None and value.state is not None
+
+
+class SweepCount:
+    """Live runs per partition as one expiry sweep counts them, exact while batches run between its chunks.
+
+    Each partition is counted as it was the moment the scan read it (its stored runs, each
+    overridden by the value ``pending`` held then), then moved by every run a batch starts or ends
+    and every run the sweep drops after that moment. A count from the listing alone missed the
+    runs staged but not yet flushed and those batches started while the sweep ran.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def read(self, partition: int, staged: dict[bytes, RunValue | None]) -> None:
+        """The scan reads ``partition``; ``staged``: its values in ``pending`` at that moment."""
+        self.counts[partition] = sum(map(alive, staged.values()))
+
+    def move(self, partition: int, change: int) -> None:
+        if partition in self.counts:
+            self.counts[partition] += change
+
+
 class RunProcessor:
     def __init__(
         self, settings: Settings, metrics: Metrics, table: RunTable, send: SendFn, fleet: Callable[[], Any]
@@ -63,6 +89,7 @@ class RunProcessor:
         self.lock = asyncio.Lock()
         self.positions: dict[int, int] = {}  # partition -> last offset seen (lag)
         self.live: dict[int, int] = {}  # partition -> runs with state (loopwarden_active_runs)
+        self.sweep: SweepCount | None = None  # the count of the expiry sweep running, if any
         # fleet config -> (incident board, after_step) of one batch: the fleet extensions' hooks
         # (loopwarden.worker.fleet_agent)
         self.hooks: Callable[[Any], tuple[Any, Any]] = lambda fleet: (None, None)
@@ -118,19 +145,24 @@ class RunProcessor:
     def _count_live(self, writes: dict, before: dict) -> None:
         """Runs started or ended by a batch, per partition, between two sweeps (``live``). A partition
         no sweep has counted stays uncounted: its runs from before are not known yet."""
-        live = self.live
+        live, sweep = self.live, self.sweep
         for slot, value in writes.items():
-            if slot[0] not in live:
+            partition = slot[0]
+            if partition not in live and (sweep is None or partition not in sweep.counts):
                 continue
             old = before[slot] if slot in before else self.committer.read(*slot)
-            change = (value is not None and value.state is not None) - (old is not None and old.state is not None)
+            change = alive(value) - alive(old)
             if change:
-                live[slot[0]] += change
+                if partition in live:
+                    live[partition] += change
+                if sweep is not None:
+                    sweep.move(partition, change)
 
     def recount(self) -> None:
         """Forget every partition's count (the assignment changed: a partition that left and came
         back missed the runs its other owner started); the next sweep counts them again."""
         self.live = {}
+        self.sweep = None  # the running sweep's count is of the assignment before
 
     def active_runs(self, owned_partitions: set[int]) -> int:
         """Runs with state in the owned partitions: each partition's count from its last sweep, moved
@@ -194,39 +226,45 @@ class RunProcessor:
         the scan found idle is looked up again before it is dropped (the scan reads a snapshot).
         """
         now = time.time() if now is None else now
-        active = expired = 0
-        counted = dict.fromkeys(owned_partitions, 0)
+        expired = 0
         unacked: dict[str, int] = {}
         unreadable: dict[str, int] = {}
-        entries = iter(self.table.owned_items(owned_partitions))
         pending = self.committer.pending
+        sweep = self.sweep = SweepCount()
+
+        def entries() -> Iterable[tuple[int, bytes, bytes, bool]]:
+            for partition, listing in self.table.owned_listings(owned_partitions):  # read under the lock
+                staged = {key: value for (p, key), value in pending.items() if p == partition}
+                sweep.read(partition, staged)
+                for key, raw in listing:
+                    yield partition, key, raw, key in staged
+
+        scan = iter(entries())
         while True:
             async with self.lock:
                 writes: list[tuple[int, bytes, bytes | None]] = []
                 scanned = 0
-                for partition, key, raw in entries:
+                for partition, key, raw, staged in scan:
                     scanned += 1
-                    slot = (partition, key)
-                    if slot in pending:
-                        live = pending[slot] is not None and pending[slot].state is not None
-                        active += live
-                        counted[partition] += live
+                    if (partition, key) in pending:  # staged just now: not the sweep's to judge
+                        if not staged:  # counted as stored when the partition was read
+                            sweep.move(partition, self._stored_alive(raw))
                     else:
                         verdict, value, late = self._judge(raw, now)
+                        if not staged:
+                            sweep.move(partition, alive(value))
                         if verdict != "keep":
                             current = self.table.get(partition, key)
                             if current != raw:  # written since the scan's snapshot
                                 verdict, value, late = self._judge(current, now) if current else ("gone", None, [])
-                        if verdict in UNREADABLE:  # dropped unread: counted apart from the idle runs
+                        if verdict in UNREADABLE or verdict == "drop":
                             writes.append((partition, key, None))
+                            sweep.move(partition, -alive(value))
+                        if verdict in UNREADABLE:  # dropped unread: counted apart from the idle runs
                             unreadable[verdict] = unreadable.get(verdict, 0) + 1
                         elif verdict == "drop":
-                            writes.append((partition, key, None))
                             expired += 1
-                        elif verdict in ("keep", "rewrite"):
-                            active += value.state is not None  # keep/rewrite: a decoded value
-                            counted[partition] += value.state is not None
-                        if verdict == "rewrite":  # the sweep is the deadline of runs that went quiet
+                        elif verdict == "rewrite":  # the sweep is the deadline of runs that went quiet
                             writes.append((partition, key, encode_value(value)))
                             for action in late:
                                 unacked[action] = unacked.get(action, 0) + 1
@@ -243,10 +281,19 @@ class RunProcessor:
             self.metrics.unreadable_runs.labels(reason).inc(n)
         if expired:
             self.metrics.expired_runs.inc(expired)
-        if self.table.scannable:  # the sweep's count replaces the running one (partitions not owned: forgotten)
-            self.live = counted
+        if self.sweep is sweep:  # no rebalance since it began
+            self.sweep = None
+            if self.table.scannable:  # the sweep's count replaces the running one (partitions not owned: forgotten)
+                self.live = sweep.counts
         self.metrics.active_runs.set(self.active_runs(owned_partitions))
-        return expired, active
+        return expired, sum(sweep.counts.values())
+
+    @staticmethod
+    def _stored_alive(raw: bytes) -> bool:
+        try:
+            return alive(decode_value(raw))
+        except (UnknownFormatVersion, msgspec.DecodeError):
+            return False
 
     def _judge(self, raw: bytes, now: float) -> tuple[str, RunValue | None, list[str]]:
         """One stored run: ``drop`` (idle past its TTL), ``rewrite`` (verdicts it awaited went overdue:

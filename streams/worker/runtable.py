@@ -20,7 +20,13 @@ from typing import Any
 
 from faust.types import TP
 
-from loopwarden.internals.faust_table import PartitionEvents, partition_db, partition_items, rocks_store
+from loopwarden.internals.faust_table import (
+    PartitionEvents,
+    partition_db,
+    partition_items,
+    partition_listings,
+    rocks_store,
+)
 
 SendFn = Callable[..., Awaitable[Any]]  # (topic, key, value, partition) -> delivery future
 YIELD_EVERY = 200  # writes between turns of the event loop during a long write
@@ -85,3 +91,11 @@ class RunTable:
         if store is None:  # memory store: one dict, partitions unknown
             return iter(())
         return partition_items(store, owned_partitions)
+
+    def owned_listings(self, owned_partitions: set[int]) -> Iterator[tuple[int, list[tuple[bytes, bytes]]]]:
+        """Each owned partition with its ``(key, value)`` list, read as the iteration reaches it
+        (RocksDB store only: the expiry sweep counts each partition as of that moment)."""
+        store = rocks_store(self.table)
+        if store is None:
+            return iter(())
+        return partition_listings(store, owned_partitions)

@@ -336,6 +336,7 @@ def stack(tmp_path_factory, prometheus_bin):
     """Broker + worker + Prometheus, then the paced load; yields when the load is scraped."""
     from loopwarden.devtools.broker import EmbeddedBroker
     from tests.support import live as helpers
+
     tmp = tmp_path_factory.mktemp("prom-live")
     broker = EmbeddedBroker(log_path=tmp / "tansu.log").start()
     worker = prom = garbage = None

@@ -245,6 +245,10 @@ class MemRunTable:
     def owned_items(self, partitions):
         return [(p, k, v) for (p, k), v in list(self.data.items()) if p in partitions]
 
+    def owned_listings(self, partitions):
+        for partition in sorted(partitions):  # each partition read when reached, as the RocksDB table does
+            yield partition, [(k, v) for (p, k), v in list(self.data.items()) if p == partition]
+
     def get(self, p, k):
         return self.data.get((p, k))
 

@@ -111,10 +111,11 @@ def test_a_real_stall_is_still_reported(tansu, names, tmp_path, caplog):
     assert not any("changelog" in e for e in errors), errors
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
+def _wait_for(predicate, timeout: float, what) -> None:
+    """Poll ``predicate``; on timeout fail with ``what`` (a callable is read then, so it shows the end state)."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.05)
 
 
@@ -153,10 +154,10 @@ def test_active_runs_are_right_on_every_worker_after_a_fill_and_a_failover(tansu
     def gauges() -> list[float]:
         return [w.metrics().get("loopwarden_active_runs", 0.0) for w in (a, b)]
 
-    _wait_for(lambda: sum(gauges()) == runs, 30, f"active runs {gauges()} != {runs}")
+    _wait_for(lambda: sum(gauges()) == runs, 30, lambda: f"active runs {gauges()} != {runs}")
     assert all(g > 0 for g in gauges()), gauges()
     b.stop()
-    _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs, 90, f"survivor counts {gauges()[0]}")
+    _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs, 90, lambda: f"survivor counts {gauges()[0]}")
     # B back, runs started on its partitions, B gone again: A must not keep its count of those
     # partitions from before they left (the runs B started there were never A's batches).
     b.start()
@@ -164,6 +165,6 @@ def test_active_runs_are_right_on_every_worker_after_a_fill_and_a_failover(tansu
     _wait_for(lambda: all(_checks(b).values()), 60, "b not ready")
     more = _runs("more", 1000, calls=1)
     produce_events(tansu, names.events, more)
-    _wait_for(lambda: sum(gauges()) == runs + 1000, 30, f"active runs {gauges()} != {runs + 1000}")
+    _wait_for(lambda: sum(gauges()) == runs + 1000, 30, lambda: f"active runs {gauges()} != {runs + 1000}")
     b.stop()
-    _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs + 1000, 90, f"survivor: {gauges()[0]}")
+    _wait_for(lambda: a.metrics().get("loopwarden_active_runs") == runs + 1000, 90, lambda: f"survivor: {gauges()[0]}")

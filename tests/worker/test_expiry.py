@@ -113,3 +113,78 @@ def test_active_runs_follow_batches_between_sweeps():
         assert proc.active_runs({0, 1}) == 1 and proc.uncounted({0, 1}) == {0}
 
     asyncio.run(go())
+
+
+def _event(partition: int, offset: int, run: str, kind: str = "tool_call"):
+    import json
+
+    from loopwarden.schemas.events import key_for
+    from tests.support.helpers import Rec
+
+    event = {"type": kind, "agent_id": "a", "run_id": run}
+    if kind == "tool_call":
+        event |= {"tool_name": "read", "tool_call_id": f"{run}-{offset}", "params": {"p": offset}}
+    return Rec("ev", partition, offset, key_for("a", None, run).encode(), json.dumps(event).encode())
+
+
+def _alive_now(proc: RunProcessor, table: MemRunTable, partitions: set[int]) -> int:
+    """Runs with state as a reader sees them: ``pending`` over the table."""
+    slots = {slot for slot in table.data if slot[0] in partitions} | {
+        s for s in proc.committer.pending if s[0] in partitions
+    }
+    return sum(v is not None and v.state is not None for v in (proc.committer.read(*slot) for slot in slots))
+
+
+def test_a_sweep_counts_the_runs_staged_but_not_yet_flushed():
+    """A sweep that came between a fill's batches and their state flush listed an empty table and
+    counted 0; the batches had moved no count either (no sweep had counted the partition), so
+    ``loopwarden_active_runs`` read 0 until the next sweep (CI: ``active runs [0.0, 1469.0] != 3000``)."""
+    table = MemRunTable({})
+    proc = RunProcessor(Settings(state_flush_interval=3600.0), Metrics(), table, None, lambda: FleetConfig())
+
+    async def go():
+        durable = await proc.process([_event(p, i, f"r{p}-{i}") for p in (0, 1) for i in range(5)])
+        assert not table.data and len(proc.committer.pending) == 10  # staged, not flushed
+        assert await proc.expire({0, 1}, now=time.time()) == (0, 10)
+        assert proc.active_runs({0, 1}) == 10 and proc.uncounted({0, 1}) == set()
+        proc.committer.flush_now(always=True)
+        await durable
+        assert table.data and proc.active_runs({0, 1}) == 10
+
+    asyncio.run(go())
+
+
+def test_a_sweep_count_is_exact_while_batches_run_between_its_chunks():
+    """Batches between the chunks start runs in partitions the scan has read and in those it has
+    not, end runs and flush: the sweep's count equals what the table and ``pending`` hold."""
+    stored = {
+        (p, f"old-{p}-{i}".encode()): encode_value(RunValue(offset=i, touched=time.time(), state=RunState()))
+        for p in (0, 1, 2)
+        for i in range(6)
+    }
+    table = MemRunTable(stored)
+    proc = RunProcessor(Settings(state_flush_interval=0.0), Metrics(), table, None, lambda: FleetConfig())
+    owned = {0, 1, 2}
+
+    async def go():
+        sweep = asyncio.ensure_future(proc.expire(owned, now=time.time(), chunk=1))
+        durables, turn = [], 0
+        while not sweep.done():
+            p = turn % 3
+            batch = [_event(p, 100 + turn, f"new-{turn}"), _event((p + 1) % 3, 200 + turn, f"also-{turn}")]
+            if turn % 4 == 3:
+                batch.append(_event(p, 300 + turn, f"new-{turn - 3}", "run_end"))
+            durables.append(await proc.process(batch))
+            turn += 1
+            await asyncio.sleep(0)
+        _expired, active = await sweep
+        assert turn > 10  # the batches did interleave with the chunks
+        assert active == _alive_now(proc, table, owned)
+        assert proc.active_runs(owned) == _alive_now(proc, table, owned)
+        for durable in durables:
+            await durable
+        more = await proc.process([_event(0, 999, "late")])
+        await more
+        assert proc.active_runs(owned) == _alive_now(proc, table, owned)
+
+    asyncio.run(go())
