@@ -1,0 +1,131 @@
+// Mastra (`@mastra/core` 1.x): a guard made of the agent's own tool hooks and processors, tools untouched:
+//
+// - `hooks.beforeToolCall` gates each call before it runs: a block returns `{ proceed: false, output }`, so the
+//   tool is not run and the model reads the service's text as the call's result;
+// - `hooks.afterToolCall` reports each result or error;
+// - an output processor's `processToolResult` appends a warning to its call's result in the message list (what
+//   the model and the stream get) and acks it; `processOutputResult` ends a finished run (run_end);
+// - an input processor's `processInputStep` ends an aborted run before the next model step, Mastra's way: its
+//   `abort()` (a tripwire: `result.tripwire` is set, no further model call).
+//
+// A run is one `generate` / `stream` call, keyed by its RequestContext (Mastra makes one per call; pass your
+// own `requestContext` to address the run, for `lw.compaction` or `lw.aborted`). Ids: agent = `agentId` given
+// here, else the Mastra agent's id (the tool hooks' `metadata.agentId`; processors are not told it), session = `sessionId` given here, else the request context's thread (`mastra__threadId`), run =
+// made per call, call = the model's tool call id.
+
+import { Gate, blockMessage, newRunId, withWarning } from "./index.js";
+
+const THREAD_KEY = "mastra__threadId"; // Mastra's MASTRA_THREAD_ID_KEY
+const WARNED = "\u0000warned\u0000"; // a warned call held between afterToolCall and processToolResult
+
+/**
+ * `const lw = loopwardenAgent(client)`, then `new Agent({ id, name, instructions, model, tools, ...lw })`. Your own
+ * `hooks` go here (called after the guard's); your own processors go beside the guard's:
+ * `inputProcessors: [...lw.inputProcessors, ...yours]`.
+ */
+export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}) {
+  const g = gate ?? new Gate(client);
+  const refs = new WeakMap(); // RequestContext -> the ref of its run in progress
+  const last = new WeakMap(); // RequestContext -> the ref of its last run (ended)
+  const none = {}; // the key when Mastra gives no request context
+
+  function keyOf(requestContext) {
+    return requestContext && typeof requestContext === "object" ? requestContext : none;
+  }
+
+  function refOf(requestContext, agentName) {
+    const key = keyOf(requestContext);
+    let ref = refs.get(key);
+    if (!ref) {
+      const thread = typeof key.get === "function" ? key.get(THREAD_KEY) : undefined;
+      ref = { agentId: agentId ?? agentName ?? client.agentId, sessionId: sessionId ?? (typeof thread === "string" ? thread : null), runId: newRunId() };
+      refs.set(key, ref);
+    }
+    return ref;
+  }
+
+  async function endRun(requestContext) {
+    const key = keyOf(requestContext);
+    const ref = refs.get(key);
+    if (!ref) return;
+    refs.delete(key);
+    last.set(key, ref);
+    await g.end(ref);
+  }
+
+  function callOf(hook) {
+    const context = hook?.context ?? {};
+    return { context, callId: context.toolCallId ?? context.agent?.toolCallId ?? null };
+  }
+
+  const guardHooks = {
+    async beforeToolCall(hook) {
+      const { context, callId } = callOf(hook);
+      const ref = refOf(context.requestContext, hook.metadata?.agentId);
+      const decision = await g.decide(ref, hook.toolName, hook.input ?? {}, callId);
+      if (!decision.proceed) {
+        await g.refused(ref, decision);
+        return { proceed: false, output: blockMessage(decision) };
+      }
+      g.hold(ref, callId, decision);
+      return hooks?.beforeToolCall ? hooks.beforeToolCall(hook) : undefined;
+    },
+    async afterToolCall(hook) {
+      const { context, callId } = callOf(hook);
+      const ref = refOf(context.requestContext, hook.metadata?.agentId);
+      const decision = g.take(ref, callId) ?? { proceed: true, toolCallId: callId, toolName: hook.toolName, params: hook.input ?? {} };
+      const failed = hook.error !== undefined;
+      await g.finished(ref, decision, failed ? { error: hook.error } : { result: hook.output });
+      if (decision.action === "warn" && !failed) g.hold(ref, WARNED + callId, decision);
+      if (hooks?.afterToolCall) await hooks.afterToolCall(hook);
+    },
+  };
+
+  const input = {
+    id: "loopwarden-input",
+    name: "loopwarden",
+    async processInputStep(args) {
+      const ref = refs.get(keyOf(args.requestContext)); // none before the run's first call (or compaction)
+      const aborted = ref ? g.aborted(ref) : null;
+      if (!aborted) return undefined;
+      await endRun(args.requestContext); // run_end acknowledges the abort
+      return args.abort(blockMessage(aborted), { retry: false, metadata: { loopwarden: "abort" } });
+    },
+  };
+
+  const output = {
+    id: "loopwarden-output",
+    name: "loopwarden",
+    async processToolResult(args) {
+      const ref = refs.get(keyOf(args.requestContext));
+      const decision = ref ? g.take(ref, WARNED + args.toolCallId) : undefined;
+      if (!decision) return undefined;
+      const result = withWarning(args.result, decision);
+      const toolInvocation = { state: "result", toolCallId: args.toolCallId, toolName: args.toolName, args: args.args, result };
+      if (args.messageList?.updateToolInvocation({ type: "tool-invocation", toolInvocation })) {
+        await g._quiet(() => g.run(ref).ack(decision, "applied", "warning appended to the call's result"));
+      }
+      return args.messageList;
+    },
+    async processOutputResult(args) {
+      await endRun(args.requestContext);
+      return args.messageList;
+    },
+  };
+
+  const settings = { hooks: guardHooks, inputProcessors: [input], outputProcessors: [output] };
+  // the guard's handles, not agent settings: kept out of `...lw`
+  Object.defineProperties(settings, {
+    gate: { value: g },
+    ref: { value: (requestContext) => refs.get(keyOf(requestContext)) ?? last.get(keyOf(requestContext)) ?? null },
+    aborted: {
+      value: (requestContext) => {
+        const ref = refs.get(keyOf(requestContext)) ?? last.get(keyOf(requestContext));
+        return ref ? g.aborted(ref) : null;
+      },
+    },
+    compaction: { value: (requestContext, reason) => g.compaction(refOf(requestContext), reason) },
+    end: { value: (requestContext) => endRun(requestContext) },
+  });
+  return settings;
+}
