@@ -42,6 +42,7 @@ FRAMEWORKS = {
         9,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
+    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 8),
 }
 
 
@@ -141,6 +142,17 @@ def test_the_types_compile_with_tsc(tmp_path):
     args = ["--noEmit", "--strict", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022"]
     args += ["--types", "node", "types.check.ts"]
     proc = subprocess.run([node("20"), str(tsc), *args], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_mastra_guard_fits_mastras_own_types(tmp_path):
+    """The Mastra guard spread into a Mastra ``Agent``'s settings, under ``tsc --strict`` against @mastra/core's
+    own types (``--skipLibCheck``: Mastra's bundled declarations do not compile on their own)."""
+    root = project(tmp_path, TYPESCRIPT, FRAMEWORKS["mastra"][0])
+    tsc = root / "node_modules" / "typescript" / "bin" / "tsc"
+    args = ["--noEmit", "--strict", "--skipLibCheck", "--module", "nodenext", "--moduleResolution", "nodenext"]
+    args += ["--target", "es2022", "--types", "node", "mastra.types.check.ts"]
+    proc = subprocess.run([node("24"), str(tsc), *args], cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
