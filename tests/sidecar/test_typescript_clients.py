@@ -190,6 +190,7 @@ EXAMPLES = {
     "Claude Agent SDK": ("claude-agent-sdk", "claude-agent-sdk", 25, 1, 5),
     "LangChain.js v1 / LangGraph.js": ("langchain", "langchain", 25, 1, 5),
     "OpenAI Agents JS": ("openai-agents", "openai-agents", 25, 1, 5),
+    "Mastra": ("mastra", "mastra", 25, 1, 5),
 }
 
 
