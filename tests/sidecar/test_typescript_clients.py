@@ -42,7 +42,7 @@ FRAMEWORKS = {
         9,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
-    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 8),
+    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 9),
 }
 
 

@@ -24,7 +24,7 @@ export interface MastraGuardOptions {
 export interface MastraGuard {
   hooks: Required<MastraToolHooks>;
   inputProcessors: Array<{ id: string; name?: string; processInputStep(args: any): Promise<any> }>;
-  outputProcessors: Array<{ id: string; name?: string; processToolResult(args: any): Promise<any>; processOutputResult(args: any): Promise<any> }>;
+  outputProcessors: Array<{ id: string; name?: string; processOutputStep(args: any): Promise<any>; processToolResult(args: any): Promise<any>; processOutputResult(args: any): Promise<any> }>;
   readonly gate: Gate;
   /** The ids of the run of a request context (in progress, else its last). */
   ref(requestContext: object): RunRef | null;

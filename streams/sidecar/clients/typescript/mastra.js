@@ -3,6 +3,9 @@
 // - `hooks.beforeToolCall` gates each call before it runs: a block returns `{ proceed: false, output }`, so the
 //   tool is not run and the model reads the service's text as the call's result;
 // - `hooks.afterToolCall` reports each result or error;
+// - an output processor's `processOutputStep` (after the model's step, before its tools) notes a step of two or
+//   more calls: the first of them to reach `beforeToolCall` admits them all together (`/v1/check_batch`: the
+//   openclaw-latest profile's batch admission), before any of them runs;
 // - an output processor's `processToolResult` appends a warning to its call's result in the message list (what
 //   the model and the stream get) and acks it; `processOutputResult` ends a finished run (run_end);
 // - an input processor's `processInputStep` ends an aborted run before the next model step, Mastra's way: its
@@ -10,13 +13,15 @@
 //
 // A run is one `generate` / `stream` call, keyed by its RequestContext (Mastra makes one per call; pass your
 // own `requestContext` to address the run, for `lw.compaction` or `lw.aborted`). Ids: agent = `agentId` given
-// here, else the Mastra agent's id (the tool hooks' `metadata.agentId`; processors are not told it), session = `sessionId` given here, else the request context's thread (`mastra__threadId`), run =
-// made per call, call = the model's tool call id.
+// here, else the Mastra agent's id (the tool hooks' `metadata.agentId`; processors are not told it), session =
+// `sessionId` given here, else the request context's thread (`mastra__threadId`), run = made per call, call =
+// the model's tool call id.
 
 import { Gate, blockMessage, newRunId, withWarning } from "./index.js";
 
 const THREAD_KEY = "mastra__threadId"; // Mastra's MASTRA_THREAD_ID_KEY
 const WARNED = "\u0000warned\u0000"; // a warned call held between afterToolCall and processToolResult
+const ADMITTED = "\u0000admitted\u0000"; // a call's decision from its step's batch, until its hook takes it
 
 /**
  * `const lw = loopwardenAgent(client)`, then `new Agent({ id, name, instructions, model, tools, ...lw })`. Your own
@@ -28,6 +33,7 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
   const refs = new WeakMap(); // RequestContext -> the ref of its run in progress
   const last = new WeakMap(); // RequestContext -> the ref of its last run (ended)
   const none = {}; // the key when Mastra gives no request context
+  const batches = new WeakMap(); // RequestContext -> the step's calls, admitted together by the first hook
 
   function keyOf(requestContext) {
     return requestContext && typeof requestContext === "object" ? requestContext : none;
@@ -58,11 +64,25 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
     return { context, callId: context.toolCallId ?? context.agent?.toolCallId ?? null };
   }
 
+  /** The step's calls admitted together (once, by the first of them to get here); this call's decision, if any. */
+  async function admitted(ref, requestContext, callId) {
+    const batch = batches.get(keyOf(requestContext));
+    if (!batch || !batch.ids.has(callId)) return undefined;
+    batch.admitting ??= g.run(ref).checkBatch(batch.calls).then((decisions) => {
+      decisions.forEach((d, i) => g.hold(ref, ADMITTED + batch.calls[i].toolCallId, d));
+    }, () => undefined); // checkBatch fails open itself; each call is then checked alone
+    await batch.admitting;
+    batch.ids.delete(callId);
+    if (!batch.ids.size) batches.delete(keyOf(requestContext));
+    return g.take(ref, ADMITTED + callId);
+  }
+
   const guardHooks = {
     async beforeToolCall(hook) {
       const { context, callId } = callOf(hook);
       const ref = refOf(context.requestContext, hook.metadata?.agentId);
-      const decision = await g.decide(ref, hook.toolName, hook.input ?? {}, callId);
+      const early = await admitted(ref, context.requestContext, callId);
+      const decision = early && early.toolName === hook.toolName ? early : await g.decide(ref, hook.toolName, hook.input ?? {}, callId);
       if (!decision.proceed) {
         await g.refused(ref, decision);
         return { proceed: false, output: blockMessage(decision) };
@@ -96,6 +116,14 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
   const output = {
     id: "loopwarden-output",
     name: "loopwarden",
+    async processOutputStep(args) {
+      const calls = (args.toolCalls ?? []).filter((c) => c?.toolCallId);
+      if (calls.length >= 2) {
+        const batch = calls.map((c) => ({ toolName: c.toolName, params: c.args ?? {}, toolCallId: c.toolCallId }));
+        batches.set(keyOf(args.requestContext), { calls: batch, ids: new Set(batch.map((c) => c.toolCallId)), admitting: null });
+      }
+      return args.messageList;
+    },
     async processToolResult(args) {
       const ref = refs.get(keyOf(args.requestContext));
       const decision = ref ? g.take(ref, WARNED + args.toolCallId) : undefined;

@@ -11,6 +11,7 @@ import { MastraLanguageModelV2Mock } from "@mastra/core/test-utils/llm-mock";
 import { createTool } from "@mastra/core/tools";
 import { z } from "zod";
 
+import { LoopClient } from "@loopwarden/client";
 import { loopwardenAgent } from "@loopwarden/client/mastra";
 import {
   BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
@@ -209,4 +210,44 @@ test("the service down: every call goes ahead, counted", async () => {
   assert.equal(out.text, "giving up");
   assert.equal(c.stats.failOpen, REPEATS);
   assert.ok(c.stats.sendErrors >= REPEATS);
+});
+
+// ---- the openclaw-latest profile: the OpenClaw release's bounded recovery with parallel tool calls, as in
+// tests/runner/adapter_cases.py (each model message calls lookup(q="job 42") twice and a fresh lookup)
+const RELEASE_NOTE = "[System note: Tool-loop warning after 10 repeated calls. Change your approach or stop if you are not making progress.]";
+const TRIGGER_TEXT = "CRITICAL: Called lookup with identical outcomes 20 times. Session execution blocked to prevent runaway loops."
+  + "\n\nDo not repeat this exact tool action. Reassess the task. You may answer the user, ask for clarification, "
+  + "or continue with a different tool or different arguments.";
+const SIBLING_TEXT = "This tool was not executed because another call in the batch triggered critical tool-loop recovery. "
+  + "Reassess the task before choosing the next action.";
+const TERMINAL_TEXT = "Critical tool-loop recovery failed because another critical loop was detected. This run is stopping now.";
+const TERMINAL_SIBLING_TEXT = "This tool was not executed because another call in the batch repeated a critical tool loop. "
+  + "This run is stopping now.";
+const parallel = (turn) => [["lookup", { q: "job 42" }, `t${turn}a`], ["lookup", { q: "job 42" }, `t${turn}b`], ["lookup", { q: `note ${turn}` }, `t${turn}c`]];
+
+/** Every tool result of a finished call, by call id (what the model read, or would have read next). */
+function resultsOf(out) {
+  const all = (out.steps ?? []).flatMap((s) => s.toolResults ?? []).map((r) => r.payload ?? r);
+  return new Map(all.map((r) => [r.toolCallId, typeof (r.result ?? r.output) === "string" ? (r.result ?? r.output) : JSON.stringify(r.result ?? r.output)]));
+}
+
+test("openclaw-latest: a step's calls admitted together; the first critical refuses the batch, the second ends the run", async () => {
+  const c = new LoopClient({ socketPath: process.env.LW_PROFILE_SOCKET, timeoutMs: 10_000 });
+  const lw = loopwardenAgent(c, { sessionId: rid("mastra-profile") });
+  for (const prompt of ["first", "second"]) { // a new prompt is a new run: the allowance starts again
+    const model = scripted((done) => (done / 3 < 14 ? parallel(done / 3 + 1) : []));
+    const { lookup, runs } = lookupTool();
+    const out = await agent(model, { lookup }, lw).generate(prompt, { maxSteps: 40 });
+    const t = resultsOf(out);
+    assert.equal(runs.length, 30, prompt);
+    for (let turn = 1; turn < 11; turn++) {
+      for (const [, , id] of parallel(turn)) assert.equal(t.get(id).includes(RELEASE_NOTE), turn === 6 && id.endsWith("a"), `${prompt} ${id}: ${t.get(id)}`);
+    }
+    assert.deepEqual([t.get("t11a"), t.get("t11b"), t.get("t11c")], [TRIGGER_TEXT, SIBLING_TEXT, SIBLING_TEXT]);
+    assert.ok(t.get("t12a").startsWith("CRITICAL: Called lookup with identical outcomes 20 times.") && t.get("t12a").endsWith(TERMINAL_TEXT), t.get("t12a"));
+    assert.deepEqual([t.get("t12b"), t.get("t12c")], [TERMINAL_SIBLING_TEXT, TERMINAL_SIBLING_TEXT]);
+    assert.equal(model.doGenerateCalls.length, 12); // the run ended (processInputStep's abort): no 13th step
+    assert.ok(out.tripwire);
+  }
+  c.close();
 });
