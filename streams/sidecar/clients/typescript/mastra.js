@@ -8,6 +8,8 @@
 //   openclaw-latest profile's batch admission), before any of them runs;
 // - an output processor's `processToolResult` appends a warning to its call's result in the message list (what
 //   the model and the stream get) and acks it; `processOutputResult` ends a finished run (run_end);
+// - an input processor's `processInputStep` appends the warning of a call whose tool threw to its error text
+//   (`processToolResult` sees successful results only) before the next model step;
 // - an input processor's `processInputStep` ends an aborted run before the next model step, Mastra's way: its
 //   `abort()` (a tripwire: `result.tripwire` is set, no further model call).
 //
@@ -17,7 +19,7 @@
 // `sessionId` given here, else the request context's thread (`mastra__threadId`), run = made per call, call =
 // the model's tool call id.
 
-import { Gate, blockMessage, newRunId, withWarning } from "./index.js";
+import { Gate, blockMessage, newRunId, warningNote, withWarning } from "./index.js";
 
 const THREAD_KEY = "mastra__threadId"; // Mastra's MASTRA_THREAD_ID_KEY
 const WARNED = "\u0000warned\u0000"; // a warned call held between afterToolCall and processToolResult
@@ -34,6 +36,33 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
   const last = new WeakMap(); // RequestContext -> the ref of its last run (ended)
   const none = {}; // the key when Mastra gives no request context
   const batches = new WeakMap(); // RequestContext -> the step's calls, admitted together by the first hook
+  const erred = new WeakMap(); // run ref -> warned calls whose tool threw, until the next step shows the warning
+
+  function failedWarnings(ref) {
+    let list = erred.get(ref);
+    if (!list) erred.set(ref, (list = []));
+    return list;
+  }
+
+  /** A warned call whose tool threw: the warning appended to its error text in the message list (then acked). */
+  async function showOnErrors(ref, messageList) {
+    const list = erred.get(ref);
+    if (!list?.length || typeof messageList?.updateToolInvocation !== "function") return false;
+    erred.delete(ref);
+    const parts = (messageList.get?.all?.db?.() ?? []).flatMap((m) => m?.content?.parts ?? []);
+    let changed = false;
+    for (const { callId, decision } of list) {
+      const part = parts.findLast((p) => p?.type === "tool-invocation" && p.toolInvocation?.toolCallId === callId);
+      const call = part?.toolInvocation;
+      if (call?.state !== "output-error") continue;
+      const errorText = String(call.errorText ?? "") + warningNote(decision);
+      if (messageList.updateToolInvocation({ type: "tool-invocation", toolInvocation: { ...call, errorText } })) {
+        changed = true;
+        await g._quiet(() => g.run(ref).ack(decision, "applied", "warning appended to the call's error"));
+      }
+    }
+    return changed;
+  }
 
   function keyOf(requestContext) {
     return requestContext && typeof requestContext === "object" ? requestContext : none;
@@ -96,7 +125,10 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
       const decision = g.take(ref, callId) ?? { proceed: true, toolCallId: callId, toolName: hook.toolName, params: hook.input ?? {} };
       const failed = hook.error !== undefined;
       await g.finished(ref, decision, failed ? { error: hook.error } : { result: hook.output });
-      if (decision.action === "warn" && !failed) g.hold(ref, WARNED + callId, decision);
+      if (decision.action === "warn") {
+        if (!failed) g.hold(ref, WARNED + callId, decision); // processToolResult appends it
+        else failedWarnings(ref).push({ callId, decision }); // processToolResult sees no error: the next step's processInputStep
+      }
       if (hooks?.afterToolCall) await hooks.afterToolCall(hook);
     },
   };
@@ -106,8 +138,9 @@ export function loopwardenAgent(client, { agentId, sessionId, hooks, gate } = {}
     name: "loopwarden",
     async processInputStep(args) {
       const ref = refs.get(keyOf(args.requestContext)); // none before the run's first call (or compaction)
+      const changed = ref ? await showOnErrors(ref, args.messageList) : false;
       const aborted = ref ? g.aborted(ref) : null;
-      if (!aborted) return undefined;
+      if (!aborted) return changed ? args.messageList : undefined;
       await endRun(args.requestContext); // run_end acknowledges the abort
       return args.abort(blockMessage(aborted), { retry: false, metadata: { loopwarden: "abort" } });
     },

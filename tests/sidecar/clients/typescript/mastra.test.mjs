@@ -14,7 +14,7 @@ import { z } from "zod";
 import { LoopClient } from "@loopwarden/client";
 import { loopwardenAgent } from "@loopwarden/client/mastra";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, WARN_TEXT, WARNED_CALL, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
@@ -148,8 +148,10 @@ test("errors are reported: the same error 20 times is a loop too", async () => {
   const texts = textsOf(model, REPEATS);
   assert.equal(runs.length, 20);
   assert.ok(texts[0].includes("connection refused"), texts[0]);
+  texts.forEach((t, i) => assert.equal(t.includes(WARN_TEXT), i === WARNED_CALL - 1, `call ${i + 1}: ${t}`)); // on the error too
   assert.ok(texts[20].startsWith(BLOCK_TEXT), texts[20]);
   assert.equal(c.stats.resultsSent, REPEATS);
+  assert.equal(c.stats.acksSent, 1);
   c.close();
 });
 
