@@ -42,6 +42,7 @@ FRAMEWORKS = {
         9,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
+    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 9),
 }
 
 
@@ -144,6 +145,17 @@ def test_the_types_compile_with_tsc(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
+def test_the_mastra_guard_fits_mastras_own_types(tmp_path):
+    """The Mastra guard spread into a Mastra ``Agent``'s settings, under ``tsc --strict`` against @mastra/core's
+    own types (``--skipLibCheck``: Mastra's bundled declarations do not compile on their own)."""
+    root = project(tmp_path, TYPESCRIPT, FRAMEWORKS["mastra"][0])
+    tsc = root / "node_modules" / "typescript" / "bin" / "tsc"
+    args = ["--noEmit", "--strict", "--skipLibCheck", "--module", "nodenext", "--moduleResolution", "nodenext"]
+    args += ["--target", "es2022", "--types", "node", "mastra.types.check.ts"]
+    proc = subprocess.run([node("24"), str(tsc), *args], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
 def test_the_sidecar_page_javascript_example_runs_on_node_20(service, tmp_path):
     """SIDECAR.md's `gate.mjs`, as printed, against the live service and with the service down."""
     page = (ROOT / "streams" / "sidecar" / "SIDECAR.md").read_text(encoding="utf-8")
@@ -178,6 +190,7 @@ EXAMPLES = {
     "Claude Agent SDK": ("claude-agent-sdk", "claude-agent-sdk", 25, 1, 5),
     "LangChain.js v1 / LangGraph.js": ("langchain", "langchain", 25, 1, 5),
     "OpenAI Agents JS": ("openai-agents", "openai-agents", 25, 1, 5),
+    "Mastra": ("mastra", "mastra", 25, 1, 5),
 }
 
 

@@ -5,6 +5,7 @@ import { LoopClient, bounded, type Decision, type ClientStats } from "@loopwarde
 import { loopwardenRun } from "@loopwarden/client/ai";
 import { loopwardenHooks } from "@loopwarden/client/claude-agent-sdk";
 import { loopwardenMiddleware } from "@loopwarden/client/langchain";
+import { loopwardenAgent } from "@loopwarden/client/mastra";
 import { guardAgent } from "@loopwarden/client/openai-agents";
 
 async function main(): Promise<void> {
@@ -43,6 +44,15 @@ async function main(): Promise<void> {
   const guarded = guardAgent({ name: "agent", tools: [] }, client);
   const out: string = await guarded.run({ run: async () => "done" }, "hi", { sessionId: "s-3" });
   void out;
+
+  const rc = new Map<string, unknown>(); // a RequestContext's stand-in: the guard keys a run by the object
+  const mastra = loopwardenAgent(client, { sessionId: "s-4", hooks: { afterToolCall: async () => undefined } });
+  const { hooks: toolHooks, inputProcessors, outputProcessors } = mastra;
+  void [toolHooks.beforeToolCall, inputProcessors[0].processInputStep, outputProcessors[0].processToolResult];
+  await mastra.compaction(rc, "overflow");
+  const stopped: boolean = mastra.aborted(rc) !== null && mastra.ref(rc)?.runId !== null;
+  void stopped;
+  await mastra.end(rc);
   client.close();
 }
 
