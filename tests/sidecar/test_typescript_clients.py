@@ -33,16 +33,16 @@ TYPESCRIPT = ("typescript@5.9.3", "@types/node@20")
 
 # framework -> (npm specs, the cases file, node: "20" the machine's or "24" from the cache, cases that pass)
 FRAMEWORKS = {
-    "ai": (("ai@7.0.185", ZOD), "ai.test.mjs", "24", 8),
-    "openai-agents": (("@openai/agents@0.20.0", ZOD), "openai_agents.test.mjs", "20", 7),
+    "ai": (("ai@7.0.185", ZOD), "ai.test.mjs", "24", 9),
+    "openai-agents": (("@openai/agents@0.20.0", ZOD), "openai_agents.test.mjs", "20", 8),
     "langchain": (
         ("langchain@1.5.14", "@langchain/core@1.4.0", "@langchain/langgraph@1.7.3", ZOD),
         "langchain.test.mjs",
         "20",
-        9,
+        10,
     ),
     "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
-    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 9),
+    "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 10),
 }
 
 

@@ -10,7 +10,7 @@ import { z } from "zod";
 
 import { loopwardenRun } from "@loopwarden/client/ai";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, largeOutput, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
@@ -122,6 +122,21 @@ test("a poll whose output changes is never blocked", async () => {
   assertNeverBlocked(textsOf(model, REPEATS), runs.length);
   assert.equal(c.stats.blocked, 0);
   c.close();
+});
+
+test("an 84 KB output changing only in its last line is never blocked; the same 84 KB every time is a loop", async () => {
+  for (const changing of [true, false]) {
+    const c = client();
+    const model = repeat(REPEATS, { q: "build 9" });
+    const { lookup, runs } = lookupTool(changing ? largeOutput : () => largeOutput());
+    const lw = loopwardenRun(c, { sessionId: rid("ai-large"), stopWhen: isStepCount(40) });
+    await generateText({ model, tools: { lookup }, ...lw, prompt: "wait for the build" });
+    await lw.end();
+    if (changing) assertNeverBlocked(textsOf(model, REPEATS), runs.length);
+    else assertRepeatOutcome(textsOf(model, REPEATS), runs.length);
+    assert.equal(c.stats.digested > 0, true);
+    c.close();
+  }
 });
 
 test("errors are reported: the same error 20 times is a loop too", async () => {

@@ -14,7 +14,7 @@ import { z } from "zod";
 import { LoopClient } from "@loopwarden/client";
 import { loopwardenMiddleware } from "@loopwarden/client/langchain";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, largeOutput, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 /** `calls(n)`: the tool calls after n tool results of this prompt (none: "giving up"). */
@@ -111,6 +111,19 @@ const errorsAsMessages = createMiddleware({
       return new ToolMessage({ content: `error: ${err.message}`, tool_call_id: request.toolCall.id, name: request.toolCall.name, status: "error" });
     }
   },
+});
+
+test("an 84 KB output changing only in its last line is never blocked; the same 84 KB every time is a loop", async () => {
+  for (const changing of [true, false]) {
+    const c = client();
+    const { lookup, runs } = lookupTool(changing ? largeOutput : () => largeOutput());
+    const agent = createAgent({ model: repeat(REPEATS, { q: "build 9" }), tools: [lookup], middleware: [loopwardenMiddleware(c)] });
+    const out = await agent.invoke({ messages: [new HumanMessage("wait")] }, config(rid("lc-large")));
+    if (changing) assertNeverBlocked(texts(out.messages, REPEATS), runs.length);
+    else assertRepeatOutcome(texts(out.messages, REPEATS), runs.length);
+    assert.equal(c.stats.digested > 0, true);
+    c.close();
+  }
 });
 
 test("errors are reported: a tool's exception goes on to the agent, and the same error 20 times is a loop", async () => {

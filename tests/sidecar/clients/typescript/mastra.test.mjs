@@ -14,7 +14,7 @@ import { z } from "zod";
 import { LoopClient } from "@loopwarden/client";
 import { loopwardenAgent } from "@loopwarden/client/mastra";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, WARN_TEXT, WARNED_CALL, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, WARN_TEXT, WARNED_CALL, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, largeOutput, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 const usage = { inputTokens: 1, outputTokens: 1, totalTokens: 2 };
@@ -133,6 +133,20 @@ test("a poll whose output changes is never blocked", async () => {
   assertNeverBlocked(textsOf(model, REPEATS), runs.length);
   assert.equal(c.stats.blocked, 0);
   c.close();
+});
+
+test("an 84 KB output changing only in its last line is never blocked; the same 84 KB every time is a loop", async () => {
+  for (const changing of [true, false]) {
+    const c = client();
+    const model = repeat(REPEATS, { q: "build 9" });
+    const { lookup, runs } = lookupTool(changing ? largeOutput : () => largeOutput());
+    const lw = loopwardenAgent(c, { sessionId: rid("mastra-large") });
+    await agent(model, { lookup }, lw).generate("wait for the build", { maxSteps: 40 });
+    if (changing) assertNeverBlocked(textsOf(model, REPEATS), runs.length);
+    else assertRepeatOutcome(textsOf(model, REPEATS), runs.length);
+    assert.equal(c.stats.digested > 0, true);
+    c.close();
+  }
 });
 
 test("errors are reported: the same error 20 times is a loop too", async () => {

@@ -9,7 +9,7 @@ import { z } from "zod";
 
 import { guardAgent } from "@loopwarden/client/openai-agents";
 import {
-  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, parallelScript, pingPongScript, rid, serviceStats,
+  BLOCK_TEXT, GUARD_WINDOW, PARALLEL_CALLS, PING_PONG_CALLS, REPEATS, assertNeverBlocked, assertParallelOutcome, assertPingPongOutcome, assertRepeatOutcome, client, largeOutput, parallelScript, pingPongScript, rid, serviceStats,
 } from "./support.mjs";
 
 setTracingDisabled(true);
@@ -89,6 +89,20 @@ test("a poll whose output changes is never blocked", async () => {
   await lw.run(new Runner(), "wait", { sessionId: rid("oa-poll"), maxTurns: 40 });
   assertNeverBlocked(textsOf(model, REPEATS), runs.length);
   c.close();
+});
+
+test("an 84 KB output changing only in its last line is never blocked; the same 84 KB every time is a loop", async () => {
+  for (const changing of [true, false]) {
+    const c = client();
+    const model = repeat(REPEATS, { q: "build 9" });
+    const { lookup, runs } = lookupTool(changing ? largeOutput : () => largeOutput());
+    const lw = guardAgent(agentWith(model, [lookup]), c);
+    await lw.run(new Runner(), "wait", { sessionId: rid("oa-large"), maxTurns: 40 });
+    if (changing) assertNeverBlocked(textsOf(model, REPEATS), runs.length);
+    else assertRepeatOutcome(textsOf(model, REPEATS), runs.length);
+    assert.equal(c.stats.digested > 0, true);
+    c.close();
+  }
 });
 
 test("errors are reported (as the text the SDK gives the model): the same error 20 times is a loop", async () => {

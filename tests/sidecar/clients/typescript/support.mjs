@@ -50,6 +50,12 @@ export function assertRepeatOutcome(texts, toolRuns) {
   texts.forEach((t, i) => assert.equal(t.startsWith(BLOCK_TEXT), i >= RUNS_BEFORE_BLOCK, `call ${i + 1}: ${t}`));
 }
 
+/** A tool output over 64 KiB (the client sends its digest): 84,000 characters of build log, then a last line
+ * that carries `n` (progress seen only at the very end) or, without `n`, never changes. */
+export function largeOutput(n) {
+  return "compiling module ...\n".repeat(4000) + (n === undefined ? "done\n" : `finished step ${n}\n`);
+}
+
 /** Identical calls whose output changes every time: never blocked (warned on the repeat only). */
 export function assertNeverBlocked(texts, toolRuns) {
   assert.equal(toolRuns, REPEATS);
