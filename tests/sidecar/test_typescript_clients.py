@@ -41,7 +41,7 @@ FRAMEWORKS = {
         "20",
         10,
     ),
-    "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 6),
+    "claude-agent-sdk": (("@anthropic-ai/claude-agent-sdk@0.3.337", ZOD), "claude_agent_sdk.test.mjs", "20", 7),
     "mastra": (("@mastra/core@1.71.0", ZOD), "mastra.test.mjs", "24", 10),
 }
 
@@ -219,3 +219,54 @@ def test_typescript_page_examples_run_as_printed(heading, service, tmp_path):
     after = service_counts(service["LW_URL"])
     seen = tuple(after[k] - before[k] for k in ("checks", "warned", "blocked"))
     assert seen == (checks, warned, blocked), proc.stdout[-2000:]
+
+
+def test_the_claude_agent_sdk_guard_maps_results_as_the_claude_code_hook_does(tmp_path):
+    """``claudeShown`` (claude-agent-sdk.js) and the hook's ``claude_shown`` (hooks/hosts.py) are one mapping
+    written in two languages: the same text for every response the model reads as text, and for the rest
+    (objects sent as JSON text) the same responses equal. The guard once passed the raw object on: a saved
+    large output's unique path made an identical 79 KB output never a loop."""
+    from loopwarden.hooks.hosts import claude_shown
+
+    saved = tmp_path / "saved.txt"
+    saved.write_text("line é\n" * 20000)
+    other = tmp_path / "other.txt"
+    other.write_text("line é\n" * 19999 + "line è\n")
+    cases = [
+        ("Bash", {"stdout": "a\nb", "stderr": "warn", "interrupted": False, "durationMs": 5}),
+        ("Bash", {"stdout": "a\nb", "stderr": "warn", "interrupted": False, "durationMs": 9}),
+        ("Bash", {"stdout": "x", "stderr": "", "interrupted": True}),
+        ("Bash", {"stdout": "head", "persistedOutputPath": str(saved)}),
+        ("Bash", {"stdout": "head", "persistedOutputPath": str(other)}),
+        ("Bash", {"stdout": "head", "persistedOutputPath": str(tmp_path / "gone.txt")}),
+        ("Read", {"type": "text", "file": {"filePath": "/f", "content": "one\ntwo", "startLine": 3}}),
+        ("Read", {"type": "file_unchanged", "file": {"filePath": "/f"}}),
+        ("Grep", {"mode": "files_with_matches", "filenames": ["a", "b"], "numFiles": 2, "durationMs": 3}),
+        ("Grep", {"mode": "files_with_matches", "filenames": [], "durationMs": 4}),
+        ("Grep", {"mode": "content", "content": "a:1:x", "appliedLimit": 10, "durationMs": 1}),
+        ("Glob", {"filenames": ["x", "y"], "truncated": True, "durationMs": 2}),
+        ("Edit", {"filePath": "/f", "oldString": "a", "originalFile": "a", "userModified": False}),
+        ("Edit", {"filePath": "/f", "oldString": "a", "originalFile": "aa", "userModified": False}),
+        ("Write", {"type": "update", "filePath": "/f", "content": "new"}),
+        ("mcp__files__read", {"content": "z", "uuid": "1"}),
+        ("mcp__files__read", {"content": "z", "uuid": "2"}),
+    ]
+    expected = [claude_shown(tool, response) for tool, response in cases]
+    root = project(tmp_path / "p")
+    (root / "cases.json").write_text(json.dumps(cases))
+    (root / "shown.mjs").write_text(
+        'import { readFileSync } from "node:fs";\n'
+        'import { claudeShown } from "@loopwarden/client/claude-agent-sdk";\n'
+        'const cases = JSON.parse(readFileSync("cases.json", "utf8"));\n'
+        "const out = [];\n"
+        "for (const [tool, response] of cases) out.push(await claudeShown(tool, response));\n"
+        "console.log(JSON.stringify(out));\n"
+    )
+    proc = subprocess.run([node("20"), "shown.mjs"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    as_text = {"Bash", "Read", "Grep", "Glob"}
+    for (tool, response), mine, theirs in zip(cases, got, expected, strict=True):
+        if tool in as_text and not (tool == "Read" and response["type"] != "text"):
+            assert mine == theirs, (tool, response)
+    assert [[a == b for b in got] for a in got] == [[a == b for b in expected] for a in expected]

@@ -14,3 +14,6 @@ export interface LoopwardenHooks {
 }
 
 export declare function loopwardenHooks(client: LoopClient, options?: { agentId?: string; gate?: Gate; matcher?: string }): LoopwardenHooks;
+
+/** What the model is shown of a Claude Code tool's `tool_response`, as one text (the hook's mapping). */
+export declare function claudeShown(tool: string, response: unknown): Promise<unknown>;

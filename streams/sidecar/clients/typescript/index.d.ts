@@ -167,6 +167,8 @@ export declare class Gate {
 
 /** `[loopwarden digest sha256=<hex> chars=<N>]` of a text. */
 export declare function digest(text: string): string;
+/** The written form of a digest: `[loopwarden digest sha256=<hex> chars=<N>]`. */
+export declare function digestForm(sha256Hex: string, chars: number): string;
 /** A value as sent: as given when its JSON is at most `max` characters, else its digest. */
 export declare function bounded(value: unknown, max?: number): unknown;
 /** An object result that is not OpenClaw's `{content, details}` shape, as its JSON text. */

@@ -41,8 +41,12 @@ export const WARN_PREFIX = "\n\n[loopwarden] ";
 
 /** `[loopwarden digest sha256=<hex> chars=<N>]`: what a huge value is sent as (equal values, equal digests). */
 export function digest(text) {
-  const hex = createHash("sha256").update(text, "utf8").digest("hex");
-  return `[loopwarden digest sha256=${hex} chars=${[...text].length}]`;
+  return digestForm(createHash("sha256").update(text, "utf8").digest("hex"), [...text].length);
+}
+
+/** The one written form of a digest (the Python hook writes it alike). */
+export function digestForm(sha256Hex, chars) {
+  return `[loopwarden digest sha256=${sha256Hex} chars=${chars}]`;
 }
 
 /** JSON text of a value with object keys sorted (equal values, equal text), or null when it has none. */

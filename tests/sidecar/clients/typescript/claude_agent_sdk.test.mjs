@@ -80,6 +80,19 @@ test("a poll whose output changes is never blocked", async () => {
   c.close();
 });
 
+test("a 79 KB output changing only in its last line is never blocked; the same 79 KB every time is a loop", async () => {
+  for (const [command, changing] of [["seq 1 14000; date +%s%N", true], ["seq 1 14000", false]]) {
+    const c = client({ tcp: true });
+    behaviour = repeat(command);
+    await run(loopwardenHooks(c));
+    const texts = bashTexts();
+    assert.equal(texts.length, REPEATS);
+    const blocked = texts.flatMap((t, i) => (/CRITICAL: Called exec with identical arguments and identical outcomes 20 times/.test(t) ? [i] : []));
+    assert.deepEqual(blocked, changing ? [] : [20, 21, 22, 23, 24], texts.map((t) => t.slice(-200)).join("\n"));
+    c.close(); // (Claude Code shortens a long Bash output itself, keeping its end: under 64 KiB, not digested)
+  }
+});
+
 test("errors are reported (PostToolUseFailure): the same error 20 times is a loop", async () => {
   const c = client();
   behaviour = repeat("echo 'disk full' >&2; exit 3");
