@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -230,3 +231,25 @@ async def test_two_concurrent_sessions_with_colliding_call_ids(tansu, worker, tm
         assert_repeat_outcome(ordered(a, REPEATS), len(loop_runs), tool=TOOL)
         assert len(walk_runs) == REPEATS
         assert all("[loopwarden]" not in t and "CRITICAL" not in t for t in b.values())
+
+
+@pytest.mark.parametrize("changing", [True, False])
+async def test_a_79_kb_bash_output_changing_in_its_last_line_is_never_blocked(changing, tansu, worker, tmp_path):
+    """Claude Code saves a large Bash output to a file of its own (a new path each call) and shows a
+    preview: passed on as the raw object the path made every output unequal, so the same 79 KB every time
+    was never a loop. Mapped as the Claude Code hook maps it: changing only in its last line, never
+    blocked; identical, blocked from the 21st call."""
+    command = "seq 1 14000; date +%s%N" if changing else "seq 1 14000"
+    lookup, _runs = lookup_tool()
+    async with client_for(tansu, worker) as client:
+        with FakeModelServer() as fm:
+            fm.fake.set("anthropic", repeat("Bash", {"command": command, "description": "poll"}), calls=REPEATS)
+            opts = options(tmp_path, fm.url, lookup, LoopwardenHooks(client, timeout=10.0))
+            opts = dataclasses.replace(opts, tools=["Bash"], allowed_tools=["Bash"])
+            await run_query(opts)
+            bodies = [b for b in fm.fake.bodies("/messages") if b.get("tools")]
+        results = anthropic_tool_results(bodies[-1])
+        assert len(results) == REPEATS
+        blocked = [i for i, block in enumerate(results) if "identical outcomes 20 times" in json.dumps(block)]
+        assert blocked == ([] if changing else list(range(20, REPEATS))), blocked
+        assert client.stats.blocked == (0 if changing else REPEATS - 20)

@@ -9,8 +9,9 @@ In-process hooks for ``ClaudeAgentOptions``::
 The SDK runs the Claude Code CLI; its hooks call back into this process, so
 every tool call (built-in or MCP) is gated on ``PreToolUse``, before it runs:
 
-- ``allow``: the tool runs; ``PostToolUse`` publishes its ``tool_response``,
-  ``PostToolUseFailure`` its error;
+- ``allow``: the tool runs; ``PostToolUse`` publishes its ``tool_response`` as
+  the model was shown it (the Claude Code hook's mapping,
+  ``hooks.hosts.claude_shown``), ``PostToolUseFailure`` its error;
 - ``warn``: the tool runs; the warning goes to the model as the
   ``PostToolUse`` hook's ``additionalContext`` (Claude Code shows it to the
   model right after the call's result; a hook cannot edit a built-in tool's
@@ -44,6 +45,7 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
+from loopwarden.hooks.hosts import claude_shown
 from loopwarden.runner.integrations._gate import Gate, block_message
 from loopwarden.runner.text import verdict_text
 from loopwarden.runner.wire import RunRef
@@ -112,7 +114,12 @@ class LoopwardenHooks:
 
     async def post_tool_use(self, data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         ref = self.ref(data)
-        note = await self.gate.after(ref, data.get("tool_use_id") or tool_use_id, result=data.get("tool_response"))
+        # what the model was shown of the response, mapped as the Claude Code hook maps it: the raw object's
+        # saved-output path and durations made identical outputs unequal
+        result = data.get("tool_response")
+        if isinstance(result, dict):
+            result = claude_shown(str(data.get("tool_name") or ""), result)
+        note = await self.gate.after(ref, data.get("tool_use_id") or tool_use_id, result=result)
         out: dict[str, Any] = await self._stop(ref)
         if note is not None:
             out["hookSpecificOutput"] = {"hookEventName": "PostToolUse", "additionalContext": note.strip()}
