@@ -18,20 +18,14 @@ import { createHash } from "node:crypto";
 import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 
-import { Gate, blockMessage, digestForm, shown } from "./index.js";
+import { Gate, blockMessage, canonical, digestForm, shown } from "./index.js";
 
 // Fields of a tool_response the model is never shown and that change from call to call.
 const VOLATILE = new Set(["durationMs", "duration_ms", "backgroundTaskId", "persistedOutputPath", "uuid"]);
 const MAX_SAVED = 64 << 20; // bytes of a saved output hashed at most (the rest counted, not hashed)
 
-function sortedJson(value) {
-  return JSON.stringify(value, (_k, v) =>
-    v && typeof v === "object" && !Array.isArray(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v,
-  );
-}
-
 function rest(response) {
-  return sortedJson(Object.fromEntries(Object.entries(response).filter(([k]) => !VOLATILE.has(k))));
+  return canonical(Object.fromEntries(Object.entries(response).filter(([k]) => !VOLATILE.has(k))));
 }
 
 /** The digest of an output Claude Code saved to `path` (its UTF-8 text), or null when it cannot be read. */
@@ -104,7 +98,7 @@ export async function claudeShown(tool, response) {
   }
   if (tool === "Edit" || tool === "MultiEdit" || tool === "Write") {
     // the model reads "The file PATH has been updated successfully.", not the change
-    return sortedJson({ type: response.type ?? null, filePath: response.filePath ?? null, userModified: response.userModified ?? null });
+    return canonical({ type: response.type ?? null, filePath: response.filePath ?? null, userModified: response.userModified ?? null });
   }
   return rest(response);
 }

@@ -167,6 +167,8 @@ export declare class Gate {
 
 /** `[loopwarden digest sha256=<hex> chars=<N>]` of a text. */
 export declare function digest(text: string): string;
+/** JSON text of a value with object keys sorted (equal values, equal text), or null when it has none. */
+export declare function canonical(value: unknown): string | null;
 /** The written form of a digest: `[loopwarden digest sha256=<hex> chars=<N>]`. */
 export declare function digestForm(sha256Hex: string, chars: number): string;
 /** A value as sent: as given when its JSON is at most `max` characters, else its digest. */

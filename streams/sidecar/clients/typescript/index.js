@@ -50,7 +50,7 @@ export function digestForm(sha256Hex, chars) {
 }
 
 /** JSON text of a value with object keys sorted (equal values, equal text), or null when it has none. */
-function canonical(value) {
+export function canonical(value) {
   try {
     const text = JSON.stringify(value, (_key, v) => {
       if (typeof v === "bigint") return v.toString();
