@@ -253,3 +253,22 @@ async def test_a_79_kb_bash_output_changing_in_its_last_line_is_never_blocked(ch
         blocked = [i for i, block in enumerate(results) if "identical outcomes 20 times" in json.dumps(block)]
         assert blocked == ([] if changing else list(range(20, REPEATS))), blocked
         assert client.stats.blocked == (0 if changing else REPEATS - 20)
+
+
+async def test_a_response_too_deep_for_json_text_is_passed_on_as_it_is():
+    """The host mapping writes objects as JSON text; one nested past the interpreter's recursion limit is
+    published as it came (the gate bounds it) instead of raising in the hook."""
+    hooks = LoopwardenHooks(object())
+    published: list = []
+
+    async def after(ref, call_id, **outcome):
+        published.append(outcome)
+
+    hooks.gate.after = after
+    hooks.gate.aborted = lambda ref: None
+    deep: dict = {}
+    for _ in range(100_000):
+        deep = {"next": deep}
+    data = {"session_id": "s", "tool_use_id": "t", "tool_name": "Other", "tool_response": deep}
+    assert await hooks.post_tool_use(data, "t", None) == {}
+    assert published == [{"result": deep}]

@@ -260,6 +260,10 @@ def test_the_claude_agent_sdk_guard_maps_results_as_the_claude_code_hook_does(tm
         'const cases = JSON.parse(readFileSync("cases.json", "utf8"));\n'
         "const out = [];\n"
         "for (const [tool, response] of cases) out.push(await claudeShown(tool, response));\n"
+        "let deep = {};\n"
+        "for (let i = 0; i < 100000; i++) deep = { next: deep };\n"
+        'const kept = await claudeShown("Other", { deep, durationMs: 1 });\n'
+        'if (kept === null || typeof kept !== "object" || "durationMs" in kept) throw new Error("deep: " + kept);\n'
         "console.log(JSON.stringify(out));\n"
     )
     proc = subprocess.run([node("20"), "shown.mjs"], cwd=root, capture_output=True, text=True, timeout=60)

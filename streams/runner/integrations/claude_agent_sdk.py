@@ -118,7 +118,10 @@ class LoopwardenHooks:
         # saved-output path and durations made identical outputs unequal
         result = data.get("tool_response")
         if isinstance(result, dict):
-            result = claude_shown(str(data.get("tool_name") or ""), result)
+            try:
+                result = claude_shown(str(data.get("tool_name") or ""), result)
+            except (RecursionError, TypeError, ValueError):  # not JSON-able: as it is (the gate bounds it)
+                pass
         note = await self.gate.after(ref, data.get("tool_use_id") or tool_use_id, result=result)
         out: dict[str, Any] = await self._stop(ref)
         if note is not None:

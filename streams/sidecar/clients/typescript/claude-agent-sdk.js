@@ -25,7 +25,8 @@ const VOLATILE = new Set(["durationMs", "duration_ms", "backgroundTaskId", "pers
 const MAX_SAVED = 64 << 20; // bytes of a saved output hashed at most (the rest counted, not hashed)
 
 function rest(response) {
-  return canonical(Object.fromEntries(Object.entries(response).filter(([k]) => !VOLATILE.has(k))));
+  const kept = Object.fromEntries(Object.entries(response).filter(([k]) => !VOLATILE.has(k)));
+  return canonical(kept) ?? kept; // too deep for JSON text: as it is (the client bounds it)
 }
 
 /** The digest of an output Claude Code saved to `path` (its UTF-8 text), or null when it cannot be read. */
